@@ -1,0 +1,349 @@
+//! The public client: enqueue jobs (on the pool, in the caller's transaction,
+//! in bulk) and get handles to await their results.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sqlx::{PgConnection, PgPool};
+
+use crate::db::{self, InsertRow, Queries};
+use crate::error::{Error, Result};
+use crate::handle::JobHandle;
+use crate::job::{Job, JobId};
+use crate::notify::WaiterHub;
+
+/// Queue of a job that names none.
+pub const DEFAULT_QUEUE: &str = "default";
+/// Retries after the first attempt, unless the job or task says otherwise.
+pub const DEFAULT_MAX_RETRIES: u32 = 25;
+/// Fibonacci backoff unit, unless the job says otherwise.
+pub const DEFAULT_RETRY_BACKOFF_BASE: Duration = Duration::from_secs(1);
+
+/// A job to enqueue: task name, arguments and options. `O` is the task's
+/// output type (`serde_json::Value` for untyped jobs).
+///
+/// Built by [`crate::Task::job`] for typed tasks or [`NewJob::new`] for a
+/// task name with JSON arguments; every option has the same default as
+/// `conveyor.enqueue(...)` in SQL.
+///
+/// ```
+/// use std::time::Duration;
+/// use conveyor::NewJob;
+/// use serde_json::json;
+///
+/// let job = NewJob::new("send_email", json!({"to": "ada@example.com"}))
+///     .queue("mail")
+///     .priority(10)
+///     .delay(Duration::from_secs(30))
+///     .max_retries(5)
+///     .retry_backoff_base(Duration::from_millis(500))
+///     .timeout(Duration::from_secs(60))
+///     .header("tenant", json!("acme"));
+/// ```
+#[derive(Debug)]
+pub struct NewJob<O = Value> {
+    pub(crate) id: Option<JobId>,
+    pub(crate) task: String,
+    pub(crate) args: std::result::Result<Value, serde_json::Error>,
+    pub(crate) queue: String,
+    pub(crate) priority: i32,
+    pub(crate) run_at: Option<DateTime<Utc>>,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_backoff_base: Duration,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) headers: Map<String, Value>,
+    output: PhantomData<fn() -> O>,
+}
+
+impl NewJob<Value> {
+    /// A job of task `task` with JSON arguments (for handlers registered with
+    /// [`crate::WorkerBuilder::register_fn`], or tasks served elsewhere).
+    pub fn new(task: impl Into<String>, args: Value) -> Self {
+        NewJob::with_args(task.into(), Ok(args))
+    }
+}
+
+impl<O> NewJob<O> {
+    pub(crate) fn typed(task: &str, args: &impl Serialize) -> Self {
+        NewJob::with_args(task.to_string(), serde_json::to_value(args))
+    }
+
+    fn with_args(task: String, args: std::result::Result<Value, serde_json::Error>) -> Self {
+        NewJob {
+            id: None,
+            task,
+            args,
+            queue: DEFAULT_QUEUE.to_string(),
+            priority: 0,
+            run_at: None,
+            delay: None,
+            max_retries: DEFAULT_MAX_RETRIES,
+            retry_backoff_base: DEFAULT_RETRY_BACKOFF_BASE,
+            timeout: None,
+            headers: Map::new(),
+            output: PhantomData,
+        }
+    }
+
+    /// Use this id instead of a new UUIDv7. If a job with this id exists,
+    /// enqueue returns it (its handle and state) and inserts nothing.
+    /// See [`crate::job_id_from_key`] to derive an id from any string.
+    pub fn id(mut self, id: JobId) -> Self {
+        self.id = Some(id);
+        self
+    }
+    /// Queue to put the job on (default `"default"`).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+    /// Priority within the queue: higher runs first (default 0).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+    /// Earliest start (ETA). Replaces any [`NewJob::delay`].
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self.delay = None;
+        self
+    }
+    /// Earliest start, relative to the database's clock at insert. Replaces any
+    /// [`NewJob::run_at`].
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self.run_at = None;
+        self
+    }
+    /// Retries after the first attempt (default 25).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+    /// Fibonacci backoff unit (default 1 s; sub-second values are fine).
+    pub fn retry_backoff_base(mut self, base: Duration) -> Self {
+        self.retry_backoff_base = base;
+        self
+    }
+    /// Time limit of one attempt (default: the task's, else the worker's).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Adds one header (free-form metadata, e.g. tracing context).
+    pub fn header(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.headers.insert(key.into(), value);
+        self
+    }
+    /// Forgets the output type, e.g. to enqueue jobs of several tasks in one batch.
+    pub fn untyped(self) -> NewJob<Value> {
+        NewJob {
+            id: self.id,
+            task: self.task,
+            args: self.args,
+            queue: self.queue,
+            priority: self.priority,
+            run_at: self.run_at,
+            delay: self.delay,
+            max_retries: self.max_retries,
+            retry_backoff_base: self.retry_backoff_base,
+            timeout: self.timeout,
+            headers: self.headers,
+            output: PhantomData,
+        }
+    }
+
+    fn into_row(self) -> Result<InsertRow> {
+        let task = self.task;
+        let args = self.args.map_err(|source| Error::Json {
+            task: task.clone(),
+            source,
+        })?;
+        let max_retries = i32::try_from(self.max_retries)
+            .map_err(|_| Error::Config(format!("max_retries {} is too large", self.max_retries)))?;
+        Ok(InsertRow {
+            id: self.id.unwrap_or_else(uuid::Uuid::now_v7),
+            queue: self.queue,
+            task,
+            args,
+            headers: Value::Object(self.headers),
+            priority: self.priority,
+            run_at: self.run_at,
+            delay_secs: self.delay.map(|d| d.as_secs_f64()),
+            max_retries,
+            backoff_base_secs: self.retry_backoff_base.as_secs_f64(),
+            timeout_secs: self.timeout.map(|d| d.as_secs_f64()),
+        })
+    }
+}
+
+/// The entry point: enqueues jobs and hands out [`JobHandle`]s. Cheap to clone.
+///
+/// Every enqueue comes in two forms, like sqlx's executors: on the client's
+/// pool, or `_tx` on a connection you pass, typically your own transaction,
+/// so the job commits (and wakes workers) with your business write or not at all.
+///
+/// ```no_run
+/// # use conveyor::{Client, NewJob};
+/// # async fn demo(pool: sqlx::PgPool) -> conveyor::Result<()> {
+/// let client = Client::new(pool.clone());
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+/// let handle = client
+///     .enqueue_tx(&mut tx, NewJob::new("ship_order", serde_json::json!({"order": 42})))
+///     .await?;
+/// tx.commit().await?;
+/// let result = handle.wait(std::time::Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) pool: PgPool,
+    pub(crate) queries: &'static Queries,
+    pub(crate) waiters: WaiterHub,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("schema", &self.inner.queries.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Client`] with non-default settings.
+#[derive(Debug)]
+pub struct ClientBuilder {
+    pool: PgPool,
+    schema: String,
+}
+
+impl ClientBuilder {
+    /// Schema holding Conveyor's tables (default `conveyor`). It must have been
+    /// migrated with [`crate::migrate_schema`].
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Checks the settings and builds the client.
+    pub fn build(self) -> Result<Client> {
+        db::validate_schema(&self.schema)?;
+        let queries = Queries::for_schema(&self.schema);
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                waiters: WaiterHub::new(self.pool.clone(), queries),
+                pool: self.pool,
+                queries,
+            }),
+        })
+    }
+}
+
+impl Client {
+    /// A client on `pool`, using the default schema `conveyor`.
+    pub fn new(pool: PgPool) -> Client {
+        Client::builder(pool)
+            .build()
+            .expect("the default schema name is valid")
+    }
+
+    /// A builder for a client with other settings.
+    pub fn builder(pool: PgPool) -> ClientBuilder {
+        ClientBuilder {
+            pool,
+            schema: db::DEFAULT_SCHEMA.to_string(),
+        }
+    }
+
+    /// The pool this client uses.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The schema this client uses.
+    pub fn schema(&self) -> &str {
+        self.inner.queries.schema
+    }
+
+    /// Enqueues one job in its own transaction; workers are woken at commit.
+    pub async fn enqueue<O>(&self, job: NewJob<O>) -> Result<JobHandle<O>> {
+        let mut conn = self.inner.pool.acquire().await?;
+        self.enqueue_tx(&mut conn, job).await
+    }
+
+    /// Enqueues one job on `conn`, typically the caller's transaction
+    /// (`&mut tx`): invisible to workers until it commits, gone if it rolls back.
+    pub async fn enqueue_tx<O>(
+        &self,
+        conn: &mut PgConnection,
+        job: NewJob<O>,
+    ) -> Result<JobHandle<O>> {
+        let mut handles = self.enqueue_many_tx(conn, vec![job]).await?;
+        handles
+            .pop()
+            .ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
+    }
+
+    /// Enqueues many jobs in one statement (one round trip per
+    /// [`BULK_CHUNK`] jobs) in one transaction; handles come back in input order.
+    pub async fn enqueue_many<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
+        use sqlx::Connection;
+        let mut conn = self.inner.pool.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let handles = self.enqueue_many_tx(&mut tx, jobs).await?;
+        tx.commit().await?;
+        Ok(handles)
+    }
+
+    /// Enqueues many jobs on `conn` (e.g. the caller's transaction).
+    pub async fn enqueue_many_tx<O>(
+        &self,
+        conn: &mut PgConnection,
+        jobs: Vec<NewJob<O>>,
+    ) -> Result<Vec<JobHandle<O>>> {
+        let rows = jobs
+            .into_iter()
+            .map(NewJob::into_row)
+            .collect::<Result<Vec<_>>>()?;
+        let mut handles = Vec::with_capacity(rows.len());
+        let mut seen = std::collections::HashSet::new();
+        for chunk in rows.chunks(BULK_CHUNK) {
+            for found in db::insert_jobs(conn, self.inner.queries, chunk).await? {
+                if found.state.is_none() {
+                    // Inserted concurrently by a transaction this statement could not
+                    // see yet: look again with a fresh snapshot.
+                    db::fetch_state(&mut *conn, self.inner.queries, found.id)
+                        .await?
+                        .ok_or(Error::NotFound(found.id))?;
+                }
+                let first = seen.insert(found.id);
+                handles.push(JobHandle::new(self.clone(), found.id, found.inserted && first));
+            }
+        }
+        Ok(handles)
+    }
+
+    /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the
+    /// expected output type.
+    pub fn handle<O>(&self, id: JobId) -> JobHandle<O> {
+        JobHandle::new(self.clone(), id, false)
+    }
+
+    /// Reads a job's row, or `None` if no job has this id.
+    pub async fn job(&self, id: JobId) -> Result<Option<Job>> {
+        db::fetch_job(&self.inner.pool, self.inner.queries, id).await
+    }
+}
+
+/// Jobs per insert statement in bulk enqueue.
+pub const BULK_CHUNK: usize = 5_000;

@@ -1,0 +1,42 @@
+-- Record the outcomes of a batch of attempts in one statement. Each row is
+-- fenced on (id, attempt, state = 'started'): a worker whose lease was lost
+-- cannot overwrite a newer attempt. Finished jobs are announced with one
+-- notification listing their ids; retries wake idle workers of their queue.
+WITH outcome AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::int[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
+         AS t(id, attempt, state, result, error, retry_in_secs)
+),
+updated AS (
+    UPDATE conveyor.jobs j SET
+        state = o.state,
+        result = CASE WHEN o.state = 'success' THEN o.result ELSE j.result END,
+        last_error = coalesce(o.error, j.last_error),
+        errors = CASE WHEN o.error IS NULL THEN j.errors
+                 ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                     'attempt', j.attempt, 'at', now(), 'error', o.error,
+                     'worker_id', j.worker_id))
+                 END,
+        run_at = CASE WHEN o.state = 'retry'
+                      THEN now() + make_interval(secs => o.retry_in_secs)
+                      ELSE j.run_at END,
+        retry_backoff = CASE WHEN o.state = 'retry'
+                             THEN make_interval(secs => o.retry_in_secs)
+                             ELSE j.retry_backoff END,
+        finished_at = CASE WHEN o.state IN ('success', 'failure', 'cancelled') THEN now() END,
+        lease_expires_at = NULL,
+        worker_id = NULL
+    FROM outcome o
+    WHERE j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'
+    RETURNING j.id, j.queue, j.state
+),
+finished AS (
+    SELECT pg_notify($7, string_agg(id::text, ',')) FROM updated
+    WHERE state <> 'retry' HAVING count(*) > 0
+),
+retrying AS (
+    SELECT pg_notify($8, json_build_object('queue', q.queue, 'scheduled', true)::text)
+    FROM (SELECT DISTINCT queue FROM updated WHERE state = 'retry') AS q
+)
+SELECT (SELECT count(*) FROM updated) AS updated,
+       (SELECT count(*) FROM finished) + (SELECT count(*) FROM retrying) AS notifications

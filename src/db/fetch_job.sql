@@ -1,0 +1,1 @@
+SELECT {job_columns} FROM conveyor.jobs j WHERE j.id = $1

@@ -1,0 +1,1 @@
+SELECT state FROM conveyor.jobs WHERE id = $1

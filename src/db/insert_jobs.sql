@@ -1,0 +1,36 @@
+-- Insert a batch of jobs in one statement (one element per job in each array).
+-- A job whose id already exists is not inserted: its current state is
+-- returned with inserted = false (idempotent submit). The insert trigger sends
+-- one job_ready notification per queue, delivered at commit.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[],
+                $6::int[], $7::timestamptz[], $8::float8[], $9::int[],
+                $10::float8[], $11::float8[])
+         WITH ORDINALITY
+         AS t(id, queue, task, args, headers, priority, run_at, delay_secs,
+              max_retries, backoff_base_secs, timeout_secs, ord)
+),
+prepared AS (
+    SELECT i.*, coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay_secs, 0))) AS due
+    FROM input i
+),
+inserted AS (
+    INSERT INTO conveyor.jobs
+        (id, queue, task, args, headers, state, priority, run_at,
+         max_retries, retry_backoff_base, timeout)
+    SELECT id, queue, task, args, headers,
+           CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END,
+           priority, due, max_retries,
+           make_interval(secs => backoff_base_secs),
+           CASE WHEN timeout_secs IS NOT NULL THEN make_interval(secs => timeout_secs) END
+    FROM prepared
+    ORDER BY ord
+    ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
+    RETURNING id, state
+)
+SELECT i.id, coalesce(n.state, j.state) AS state, n.id IS NOT NULL AS inserted
+FROM input i
+LEFT JOIN inserted n ON n.id = i.id
+LEFT JOIN conveyor.jobs j ON j.id = i.id AND n.id IS NULL
+ORDER BY i.ord

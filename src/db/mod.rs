@@ -1,0 +1,406 @@
+//! The only place SQL lives.
+//!
+//! Every statement is a `.sql` file beside this module, written against the
+//! schema `conveyor`; [`Queries::for_schema`] rewrites the schema name once per
+//! schema and keeps the texts for the life of the process. Each function here
+//! runs one statement on whatever connection it is given (a pool, a pooled
+//! connection, or the caller's transaction).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor, Row};
+
+use crate::error::{Error, Result};
+use crate::job::{Job, JobId, JobState};
+
+/// The default schema.
+pub(crate) const DEFAULT_SCHEMA: &str = "conveyor";
+
+/// Statement texts for one schema.
+#[derive(Debug)]
+pub(crate) struct Queries {
+    pub schema: &'static str,
+    /// Channel on which inserts and retries announce work: payload = queue name.
+    pub job_ready_channel: &'static str,
+    /// Channel on which outcomes announce finished jobs: payload = ids, comma-separated.
+    pub job_finished_channel: &'static str,
+    insert_jobs: &'static str,
+    fetch_job: &'static str,
+    fetch_state: &'static str,
+    promote: &'static str,
+    claim: &'static str,
+    complete: &'static str,
+    heartbeat: &'static str,
+    release: &'static str,
+    create_schema: &'static str,
+    migrations_table: &'static str,
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// Checks a schema name: lower-case letters, digits and `_`, not starting with a digit.
+pub(crate) fn validate_schema(schema: &str) -> Result<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 48
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "schema name `{schema}` must be 1-48 characters of a-z, 0-9 and _, not starting with a digit"
+        )))
+    }
+}
+
+/// Rewrites `conveyor.` to `<schema>.` in a statement written for the default schema.
+pub(crate) fn in_schema(sql: &str, schema: &str) -> String {
+    if schema == DEFAULT_SCHEMA {
+        sql.to_string()
+    } else {
+        sql.replace("conveyor.", &format!("{schema}."))
+    }
+}
+
+impl Queries {
+    /// The statements for `schema` (validated by the caller), built once per process.
+    pub(crate) fn for_schema(schema: &str) -> &'static Queries {
+        static CACHE: OnceLock<Mutex<HashMap<String, &'static Queries>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(Default::default);
+        let mut cache = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(queries) = cache.get(schema) {
+            return queries;
+        }
+        let columns = include_str!("job_columns.sql").trim();
+        let load = |sql: &str| leak(in_schema(&sql.replace("{job_columns}", columns), schema));
+        let queries: &'static Queries = Box::leak(Box::new(Queries {
+            schema: leak(schema.to_string()),
+            job_ready_channel: leak(format!("{schema}.job_ready")),
+            job_finished_channel: leak(format!("{schema}.job_finished")),
+            insert_jobs: load(include_str!("insert_jobs.sql")),
+            fetch_job: load(include_str!("fetch_job.sql")),
+            fetch_state: load(include_str!("fetch_state.sql")),
+            promote: load(include_str!("promote.sql")),
+            claim: load(include_str!("claim.sql")),
+            complete: load(include_str!("complete.sql")),
+            heartbeat: load(include_str!("heartbeat.sql")),
+            release: load(include_str!("release.sql")),
+            create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
+            migrations_table: leak(format!("{schema}.schema_history")),
+        }));
+        cache.insert(schema.to_string(), queries);
+        queries
+    }
+
+    /// Name of refinery's history table (schema-qualified).
+    pub(crate) fn migrations_table(&self) -> &'static str {
+        self.migrations_table
+    }
+}
+
+/// A job to insert, with every option resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct InsertRow {
+    pub id: JobId,
+    pub queue: String,
+    pub task: String,
+    pub args: Value,
+    pub headers: Value,
+    pub priority: i32,
+    pub run_at: Option<DateTime<Utc>>,
+    pub delay_secs: Option<f64>,
+    pub max_retries: i32,
+    pub backoff_base_secs: f64,
+    pub timeout_secs: Option<f64>,
+}
+
+/// What the insert statement says of each job, in input order.
+#[derive(Debug, Clone)]
+pub(crate) struct Inserted {
+    pub id: JobId,
+    /// `None` when the job already existed but this transaction cannot see it yet.
+    pub state: Option<JobState>,
+    pub inserted: bool,
+}
+
+fn parse_state(s: &str) -> Result<JobState> {
+    s.parse().map_err(|e: String| {
+        Error::Database(sqlx::Error::ColumnDecode {
+            index: "state".into(),
+            source: e.into(),
+        })
+    })
+}
+
+pub(crate) async fn insert_jobs(
+    conn: &mut PgConnection,
+    q: &Queries,
+    rows: &[InsertRow],
+) -> Result<Vec<Inserted>> {
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut queues = Vec::with_capacity(rows.len());
+    let mut tasks = Vec::with_capacity(rows.len());
+    let mut args = Vec::with_capacity(rows.len());
+    let mut headers = Vec::with_capacity(rows.len());
+    let mut priorities = Vec::with_capacity(rows.len());
+    let mut run_ats = Vec::with_capacity(rows.len());
+    let mut delays = Vec::with_capacity(rows.len());
+    let mut max_retries = Vec::with_capacity(rows.len());
+    let mut bases = Vec::with_capacity(rows.len());
+    let mut timeouts = Vec::with_capacity(rows.len());
+    for row in rows {
+        ids.push(row.id);
+        queues.push(row.queue.as_str());
+        tasks.push(row.task.as_str());
+        args.push(&row.args);
+        headers.push(&row.headers);
+        priorities.push(row.priority);
+        run_ats.push(row.run_at);
+        delays.push(row.delay_secs);
+        max_retries.push(row.max_retries);
+        bases.push(row.backoff_base_secs);
+        timeouts.push(row.timeout_secs);
+    }
+    let found = sqlx::query(q.insert_jobs)
+        .bind(&ids)
+        .bind(&queues)
+        .bind(&tasks)
+        .bind(&args)
+        .bind(&headers)
+        .bind(&priorities)
+        .bind(&run_ats)
+        .bind(&delays)
+        .bind(&max_retries)
+        .bind(&bases)
+        .bind(&timeouts)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut out = Vec::with_capacity(found.len());
+    for row in found {
+        let state: Option<String> = row.try_get("state")?;
+        out.push(Inserted {
+            id: row.try_get("id")?,
+            state: state.as_deref().map(parse_state).transpose()?,
+            inserted: row.try_get("inserted")?,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) async fn fetch_job<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<Job>> {
+    Ok(sqlx::query_as::<_, Job>(q.fetch_job)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?)
+}
+
+pub(crate) async fn fetch_state<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<JobState>> {
+    let state: Option<String> = sqlx::query_scalar(q.fetch_state)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?;
+    state.as_deref().map(parse_state).transpose()
+}
+
+/// What [`promote`] found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Promoted {
+    /// Jobs moved to pending.
+    pub promoted: i64,
+    /// Earliest `run_at` still in the future, if any.
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// The database's clock, to turn `next_run_at` into a local wait.
+    pub db_now: DateTime<Utc>,
+}
+
+/// Promotes due jobs of `queues` to pending.
+pub(crate) async fn promote<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    queues: &[String],
+    limit: i64,
+) -> Result<Promoted> {
+    let row = sqlx::query(q.promote)
+        .bind(queues)
+        .bind(limit)
+        .fetch_one(exec)
+        .await?;
+    Ok(Promoted {
+        promoted: row.try_get("promoted")?,
+        next_run_at: row.try_get("next_run_at")?,
+        db_now: row.try_get("db_now")?,
+    })
+}
+
+pub(crate) async fn claim<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    queue: &str,
+    tasks: &[String],
+    limit: i64,
+    lease_secs: f64,
+    worker_id: &str,
+) -> Result<Vec<Job>> {
+    let mut jobs = sqlx::query_as::<_, Job>(q.claim)
+        .bind(queue)
+        .bind(tasks)
+        .bind(limit)
+        .bind(lease_secs)
+        .bind(worker_id)
+        .fetch_all(exec)
+        .await?;
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.run_at.cmp(&b.run_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(jobs)
+}
+
+/// The outcome of one attempt, as the completer writes it.
+#[derive(Debug, Clone)]
+pub(crate) struct OutcomeRow {
+    pub id: JobId,
+    pub attempt: i32,
+    pub state: JobState,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub retry_in_secs: Option<f64>,
+}
+
+/// Writes a batch of outcomes; returns how many rows were still held by their attempt.
+pub(crate) async fn complete<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    outcomes: &[OutcomeRow],
+) -> Result<i64> {
+    let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
+    let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
+    let states: Vec<&str> = outcomes.iter().map(|o| o.state.as_str()).collect();
+    let results: Vec<Option<&Value>> = outcomes.iter().map(|o| o.result.as_ref()).collect();
+    let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
+    let retry_in: Vec<Option<f64>> = outcomes.iter().map(|o| o.retry_in_secs).collect();
+    let row = sqlx::query(q.complete)
+        .bind(&ids)
+        .bind(&attempts)
+        .bind(&states)
+        .bind(&results)
+        .bind(&errors)
+        .bind(&retry_in)
+        .bind(q.job_finished_channel)
+        .bind(q.job_ready_channel)
+        .fetch_one(exec)
+        .await?;
+    Ok(row.try_get("updated")?)
+}
+
+pub(crate) async fn heartbeat<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    worker_id: &str,
+    lease_secs: f64,
+) -> Result<u64> {
+    Ok(sqlx::query(q.heartbeat)
+        .bind(worker_id)
+        .bind(lease_secs)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
+/// Puts jobs (id, attempt) held by `worker_id` back to pending; returns how many.
+pub(crate) async fn release<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    jobs: &[(JobId, i32)],
+    worker_id: &str,
+) -> Result<i64> {
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
+    let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
+    let row = sqlx::query(q.release)
+        .bind(&ids)
+        .bind(&attempts)
+        .bind(worker_id)
+        .bind(q.job_ready_channel)
+        .fetch_one(exec)
+        .await?;
+    Ok(row.try_get("released")?)
+}
+
+// --- migrations -----------------------------------------------------------
+
+/// Key of the advisory lock that serialises migrations of one schema.
+pub(crate) async fn lock_migrations(conn: &mut PgConnection, q: &Queries) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('conveyor.migrate:' || $1, 0))")
+        .bind(q.schema)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn unlock_migrations(conn: &mut PgConnection, q: &Queries) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock(hashtextextended('conveyor.migrate:' || $1, 0))")
+        .bind(q.schema)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn create_schema(conn: &mut PgConnection, q: &Queries) -> Result<()> {
+    sqlx::raw_sql(q.create_schema).execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Runs a batch of statements (a migration) in one transaction.
+pub(crate) async fn execute_in_transaction<'a>(
+    conn: &mut PgConnection,
+    statements: impl Iterator<Item = &'a str>,
+) -> std::result::Result<usize, sqlx::Error> {
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    let mut count = 0;
+    for statement in statements {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
+        count += 1;
+    }
+    tx.commit().await?;
+    Ok(count)
+}
+
+/// Reads refinery's history table: (version, name, applied_on, checksum).
+pub(crate) async fn applied_migrations(
+    conn: &mut PgConnection,
+    query: &str,
+) -> std::result::Result<Vec<(i32, String, String, String)>, sqlx::Error> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(query))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get(3)?,
+            ))
+        })
+        .collect()
+}

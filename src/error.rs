@@ -1,0 +1,100 @@
+//! The crate's error type.
+
+use std::time::Duration;
+
+use crate::job::{JobId, JobState};
+
+/// Everything that can go wrong when talking to Conveyor.
+///
+/// Errors from PostgreSQL keep their [`sqlx::Error`] so callers can inspect
+/// them (for example `is_unique_violation()` on a database error).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A query failed, or the connection to PostgreSQL did.
+    Database(sqlx::Error),
+    /// Applying the schema migrations failed.
+    Migrate(String),
+    /// The database has no Conveyor schema yet: run [`crate::migrate`] first.
+    NotMigrated(
+        /// PostgreSQL's message (e.g. `relation "conveyor.jobs" does not exist`).
+        String,
+    ),
+    /// Task arguments or a result could not be turned into or out of JSON.
+    Json {
+        /// The task involved.
+        task: String,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+    /// A configuration value is not acceptable.
+    Config(String),
+    /// No job has this id.
+    NotFound(JobId),
+    /// [`crate::JobHandle::wait`] gave up before the job finished.
+    WaitTimeout {
+        /// The job waited on.
+        id: JobId,
+        /// Its state when the wait ended.
+        state: JobState,
+        /// How long the wait lasted.
+        waited: Duration,
+    },
+    /// The job ended in the `failure` state.
+    JobFailed {
+        /// The job.
+        id: JobId,
+        /// The error of its last attempt.
+        error: String,
+    },
+    /// The job ended in the `cancelled` state.
+    JobCancelled(JobId),
+}
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Database(e) => write!(f, "database error: {e}"),
+            Error::Migrate(e) => write!(f, "migration failed: {e}"),
+            Error::NotMigrated(message) => write!(
+                f,
+                "the Conveyor schema is missing ({message}): run conveyor::migrate first"
+            ),
+            Error::Json { task, source } => write!(f, "task `{task}`: JSON error: {source}"),
+            Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::NotFound(id) => write!(f, "no job with id {id}"),
+            Error::WaitTimeout { id, state, waited } => write!(
+                f,
+                "job {id} still {state} after waiting {:.3}s",
+                waited.as_secs_f64()
+            ),
+            Error::JobFailed { id, error } => write!(f, "job {id} failed: {error}"),
+            Error::JobCancelled(id) => write!(f, "job {id} was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Database(e) => Some(e),
+            Error::Json { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        // 42P01: undefined_table, 3F000: invalid_schema_name.
+        if let sqlx::Error::Database(db) = &e
+            && matches!(db.code().as_deref(), Some("42P01" | "3F000"))
+        {
+            return Error::NotMigrated(db.message().to_string());
+        }
+        Error::Database(e)
+    }
+}

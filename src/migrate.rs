@@ -1,0 +1,105 @@
+//! Schema migrations: the `.sql` files of `migrations/`, embedded at build
+//! time and applied by refinery over a sqlx connection (no second driver).
+
+use refinery::Migration;
+use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
+use sqlx::{PgConnection, PgPool};
+
+use crate::db::{self, Queries};
+use crate::error::{Error, Result};
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// Applies Conveyor's migrations to the default schema (`conveyor`).
+///
+/// Idempotent, and safe to call from many processes at once: callers are
+/// serialised by a PostgreSQL advisory lock, and each migration is applied
+/// once, in its own transaction. Returns the versions applied by this call.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> conveyor::Result<()> {
+/// conveyor::migrate(&pool).await?;
+/// # Ok(()) }
+/// ```
+pub async fn migrate(pool: &PgPool) -> Result<Vec<i32>> {
+    migrate_schema(pool, db::DEFAULT_SCHEMA).await
+}
+
+/// Like [`migrate`], into another schema (see [`crate::ClientBuilder::schema`]).
+pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
+    db::validate_schema(schema)?;
+    let queries = Queries::for_schema(schema);
+    let mut conn = pool.acquire().await?;
+    db::lock_migrations(&mut conn, queries).await?;
+    let outcome = apply(&mut conn, queries).await;
+    match db::unlock_migrations(&mut conn, queries).await {
+        Ok(()) => {}
+        // The lock dies with the session: make sure this one is not reused.
+        Err(_) => drop(conn.detach()),
+    }
+    outcome
+}
+
+async fn apply(conn: &mut PgConnection, queries: &'static Queries) -> Result<Vec<i32>> {
+    db::create_schema(conn, queries).await?;
+    let mut migrations = Vec::new();
+    for m in embedded::migrations::runner().get_migrations() {
+        let sql = m.sql().unwrap_or_default();
+        let name = format!("V{}__{}", m.version(), m.name());
+        let migration = Migration::unapplied(&name, &db::in_schema(sql, queries.schema))
+            .map_err(|e| Error::Migrate(e.to_string()))?;
+        migrations.push(migration);
+    }
+    let mut runner = refinery::Runner::new(&migrations);
+    runner.set_migration_table_name(queries.migrations_table());
+    let report = runner
+        .run_async(&mut RefineryConnection(conn))
+        .await
+        .map_err(|e| Error::Migrate(e.to_string()))?;
+    Ok(report
+        .applied_migrations()
+        .iter()
+        .map(|m| m.version())
+        .collect())
+}
+
+/// A sqlx connection seen through refinery's async driver traits.
+struct RefineryConnection<'c>(&'c mut PgConnection);
+
+impl AsyncTransaction for RefineryConnection<'_> {
+    type Error = sqlx::Error;
+
+    async fn execute<'a, T: Iterator<Item = &'a str> + Send + 'a>(
+        &'a mut self,
+        queries: T,
+    ) -> std::result::Result<usize, Self::Error> {
+        db::execute_in_transaction(self.0, queries).await
+    }
+}
+
+impl AsyncQuery<Vec<Migration>> for RefineryConnection<'_> {
+    async fn query<'a>(
+        &'a mut self,
+        query: &'a str,
+    ) -> std::result::Result<Vec<Migration>, Self::Error> {
+        let rows = db::applied_migrations(self.0, query).await?;
+        rows.into_iter()
+            .map(|(version, name, applied_on, checksum)| {
+                let bad = |what: &str| {
+                    sqlx::Error::Protocol(format!("bad {what} in migration history: {name}"))
+                };
+                let applied_on = time::OffsetDateTime::parse(
+                    &applied_on,
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .map_err(|_| bad("applied_on"))?;
+                let checksum = checksum.parse::<u64>().map_err(|_| bad("checksum"))?;
+                Ok(Migration::applied(version, name, applied_on, checksum))
+            })
+            .collect()
+    }
+}
+
+impl AsyncMigrate for RefineryConnection<'_> {}

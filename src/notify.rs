@@ -1,0 +1,206 @@
+//! LISTEN/NOTIFY: one dedicated session connection per listener (LISTEN needs
+//! a session; a pooled connection could be handed to someone else), rebuilt
+//! with exponential backoff when the database goes away, and the
+//! [`WaiterHub`] that wakes [`crate::JobHandle::wait`] callers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backoff::ExponentialBackoff;
+use backoff::backoff::Backoff;
+use sqlx::PgPool;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::db::Queries;
+use crate::job::JobId;
+
+/// What a listener reports.
+pub(crate) enum ListenEvent<'a> {
+    /// A notification arrived.
+    Notification { payload: &'a str },
+    /// Listening (re)started: notifications sent while it was down are lost,
+    /// so whoever relies on them should look at the database again.
+    Gap,
+}
+
+/// Backoff between reconnection attempts: 50 ms doubling to 5 s, forever.
+pub(crate) fn reconnect_backoff() -> ExponentialBackoff {
+    ExponentialBackoff {
+        initial_interval: Duration::from_millis(50),
+        max_interval: Duration::from_secs(5),
+        max_elapsed_time: None,
+        ..ExponentialBackoff::default()
+    }
+}
+
+/// A pool of one connection with the same settings as `pool`, kept for LISTEN.
+fn dedicated_pool(pool: &PgPool) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(10))
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+async fn connect(pool: &PgPool, channels: &[&str]) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.ignore_pool_close_event(true);
+    listener.listen_all(channels.iter().copied()).await?;
+    Ok(listener)
+}
+
+/// Listens on `channels` until the returned task is aborted. `ready` turns
+/// true once the first LISTEN is in place. Errors never end the task: it
+/// reconnects with backoff and reports a [`ListenEvent::Gap`].
+pub(crate) fn spawn_listener(
+    pool: &PgPool,
+    channels: Vec<&'static str>,
+    mut on_event: impl FnMut(ListenEvent<'_>) + Send + 'static,
+) -> (JoinHandle<()>, watch::Receiver<bool>) {
+    let pool = dedicated_pool(pool);
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let mut backoff = reconnect_backoff();
+        loop {
+            let mut listener = match connect(&pool, &channels).await {
+                Ok(listener) => listener,
+                Err(error) => {
+                    let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
+                    tracing::warn!(%error, ?wait, "conveyor: cannot LISTEN, retrying");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            };
+            ready_tx.send_replace(true);
+            on_event(ListenEvent::Gap);
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(notification)) => {
+                        backoff.reset();
+                        on_event(ListenEvent::Notification {
+                            payload: notification.payload(),
+                        });
+                    }
+                    // The connection dropped and was re-established (LISTEN included).
+                    Ok(None) => on_event(ListenEvent::Gap),
+                    Err(error) => {
+                        tracing::warn!(%error, "conveyor: LISTEN connection lost");
+                        break;
+                    }
+                }
+            }
+            drop(listener);
+            tokio::time::sleep(backoff.next_backoff().unwrap_or(Duration::from_secs(5))).await;
+        }
+    });
+    (task, ready_rx)
+}
+
+/// Wakes waiters on job ids when `job_finished` notifications name them.
+pub(crate) struct WaiterHub {
+    pool: PgPool,
+    queries: &'static Queries,
+    state: Arc<Mutex<HubState>>,
+}
+
+#[derive(Default)]
+struct HubState {
+    waiters: HashMap<JobId, Arc<Notify>>,
+    listener: Option<(JoinHandle<()>, watch::Receiver<bool>)>,
+}
+
+impl Drop for WaiterHub {
+    fn drop(&mut self) {
+        if let Ok(state) = self.state.lock()
+            && let Some((task, _)) = &state.listener
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Interest in one job's completion; dropping it unsubscribes.
+pub(crate) struct Subscription {
+    pub(crate) notify: Arc<Notify>,
+    id: JobId,
+    state: Arc<Mutex<HubState>>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // Two references: the map's and ours.
+        if Arc::strong_count(&self.notify) <= 2 {
+            state.waiters.remove(&self.id);
+        }
+    }
+}
+
+impl WaiterHub {
+    pub(crate) fn new(pool: PgPool, queries: &'static Queries) -> Self {
+        WaiterHub {
+            pool,
+            queries,
+            state: Arc::default(),
+        }
+    }
+
+    /// Registers interest in `id`, starting the listener on first use, and
+    /// returns once it listens (or `None` if that did not happen by `deadline`).
+    pub(crate) async fn subscribe(
+        &self,
+        id: JobId,
+        deadline: tokio::time::Instant,
+    ) -> Option<Subscription> {
+        let mut ready = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.listener.is_none() {
+                let hub = Arc::downgrade(&self.state);
+                let listener = spawn_listener(
+                    &self.pool,
+                    vec![self.queries.job_finished_channel],
+                    move |event| {
+                        let Some(hub) = hub.upgrade() else { return };
+                        let state = hub.lock().unwrap_or_else(|p| p.into_inner());
+                        match event {
+                            ListenEvent::Notification { payload, .. } => {
+                                for id in payload.split(',') {
+                                    if let Ok(id) = id.parse::<JobId>()
+                                        && let Some(notify) = state.waiters.get(&id)
+                                    {
+                                        notify.notify_waiters();
+                                    }
+                                }
+                            }
+                            ListenEvent::Gap => {
+                                for notify in state.waiters.values() {
+                                    notify.notify_waiters();
+                                }
+                            }
+                        }
+                    },
+                );
+                state.listener = Some(listener);
+            }
+            state.listener.as_ref().map(|(_, ready)| ready.clone())?
+        };
+        let subscription = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let notify = state.waiters.entry(id).or_default().clone();
+            Subscription {
+                notify,
+                id,
+                state: self.state.clone(),
+            }
+        };
+        match tokio::time::timeout_at(deadline, ready.wait_for(|ready| *ready)).await {
+            Ok(Ok(_)) => Some(subscription),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Runs one claimed job: decodes nothing itself (the handler does), enforces
+//! the timeout, catches panics, and turns what happened into an outcome for
+//! the completer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::db::OutcomeRow;
+use crate::job::{Job, JobState};
+use crate::retry::fibonacci_backoff;
+use crate::task::{Failure, TaskContext, TaskError};
+use crate::worker::handler::Handler;
+
+/// Aborts the handler's task if the executor is itself aborted (shutdown).
+struct AbortOnDrop(JoinHandle<Result<serde_json::Value, TaskError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub(crate) async fn execute(
+    job: Job,
+    handler: Arc<dyn Handler>,
+    worker_id: Arc<str>,
+    default_timeout: Option<Duration>,
+    outcomes: UnboundedSender<OutcomeRow>,
+) {
+    let span = tracing::info_span!(
+        "conveyor.job",
+        job.id = %job.id,
+        job.task = %job.task,
+        job.queue = %job.queue,
+        job.attempt = job.attempt,
+    );
+    let ctx = TaskContext {
+        id: job.id,
+        task: job.task.clone(),
+        queue: job.queue.clone(),
+        attempt: u32::try_from(job.attempt).unwrap_or(0),
+        max_retries: u32::try_from(job.max_retries).unwrap_or(0),
+        headers: job.headers.clone(),
+        worker_id: worker_id.to_string(),
+    };
+    let timeout = job.timeout.or(handler.timeout()).or(default_timeout);
+    let call = handler.call(ctx, job.args.clone()).instrument(span.clone());
+    let mut running = AbortOnDrop(tokio::spawn(call));
+    let joined = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, &mut running.0).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                running.0.abort();
+                Ok(Err(TaskError::retry(format!(
+                    "timed out after {:.3}s",
+                    limit.as_secs_f64()
+                ))))
+            }
+        },
+        None => (&mut running.0).await,
+    };
+    let result = match joined {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => {
+            let payload = error.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_string());
+            Err(TaskError::retry(format!("handler panicked: {message}")))
+        }
+        Err(_) => Err(TaskError::retry("handler task was aborted")),
+    };
+    let outcome = span.in_scope(|| outcome_of(&job, result));
+    // The completer is gone only when the worker is being torn down; the job
+    // then stays started until its lease runs out.
+    let _ = outcomes.send(outcome);
+}
+
+/// The state an attempt leads to, under the job's retry settings.
+pub(crate) fn outcome_of(job: &Job, result: Result<serde_json::Value, TaskError>) -> OutcomeRow {
+    let mut outcome = OutcomeRow {
+        id: job.id,
+        attempt: job.attempt,
+        state: JobState::Success,
+        result: None,
+        error: None,
+        retry_in_secs: None,
+    };
+    let error = match result {
+        Ok(value) => {
+            tracing::debug!("conveyor: job succeeded");
+            outcome.result = Some(value);
+            return outcome;
+        }
+        Err(error) => error,
+    };
+    let retries_left = job.attempt <= job.max_retries;
+    let delay = match error.failure() {
+        Failure::Fail => None,
+        _ if !retries_left => None,
+        Failure::RetryAfter(delay) => Some(delay),
+        Failure::Retry => Some(fibonacci_backoff(
+            u32::try_from(job.attempt).unwrap_or(1),
+            job.retry_backoff_base,
+        )),
+    };
+    match delay {
+        Some(delay) => {
+            tracing::info!(error = %error, retry_in = ?delay, "conveyor: attempt failed, will retry");
+            outcome.state = JobState::Retry;
+            outcome.retry_in_secs = Some(delay.as_secs_f64());
+        }
+        None => {
+            tracing::warn!(error = %error, "conveyor: job failed");
+            outcome.state = JobState::Failure;
+        }
+    }
+    outcome.error = Some(error.message().to_string());
+    outcome
+}

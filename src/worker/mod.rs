@@ -1,0 +1,373 @@
+//! The worker: registers handlers, claims jobs for its free slots, runs them,
+//! records outcomes, and shuts down gracefully.
+//!
+//! Inside, one task per role: the producer ([`producer`]) claims and starts
+//! jobs, an executor ([`executor`]) runs each job, the completer
+//! ([`completer`]) writes outcomes in batches, the heartbeat ([`heartbeat`])
+//! renews leases, and a listener wakes the producer on NOTIFY.
+
+mod completer;
+mod executor;
+mod handler;
+mod heartbeat;
+mod producer;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::client::Client;
+use crate::db;
+use crate::error::{Error, Result};
+use crate::notify::{ListenEvent, spawn_listener};
+use crate::task::{Task, TaskContext, TaskError};
+use handler::{FnHandler, Handler, TypedHandler};
+
+/// Default number of jobs a worker runs at once.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Default lease: how long a claimed job stays held without renewal.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// Default longest sleep of an idle worker without any notification.
+pub const DEFAULT_SAFETY_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Configures and starts a worker. See [`Worker::builder`].
+pub struct WorkerBuilder {
+    client: Client,
+    queues: Vec<String>,
+    concurrency: usize,
+    max_claim: usize,
+    lease: Duration,
+    safety_interval: Duration,
+    default_timeout: Option<Duration>,
+    worker_id: Option<String>,
+    handlers: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("queues", &self.queues)
+            .field("concurrency", &self.concurrency)
+            .field("tasks", &self.handlers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A worker process's job runner. Build one with [`Worker::builder`].
+///
+/// ```no_run
+/// # use conveyor::{Client, Worker, Task, TaskContext, TaskError};
+/// # struct Add;
+/// # impl Task for Add { const NAME: &'static str = "add"; type Args = (i64, i64); type Output = i64;
+/// #   async fn run(&self, _: TaskContext, (a, b): (i64, i64)) -> Result<i64, TaskError> { Ok(a + b) } }
+/// # async fn demo(client: Client) -> conveyor::Result<()> {
+/// let worker = Worker::builder(&client)
+///     .queues(["default", "mail"])
+///     .concurrency(20)
+///     .register(Add)
+///     .register_fn("echo", |_ctx, args| async move { Ok(args) })
+///     .start()?;
+/// // ... later, or on SIGTERM:
+/// worker.shutdown(std::time::Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Worker;
+
+impl Worker {
+    /// A builder for a worker using `client`'s pool and schema.
+    pub fn builder(client: &Client) -> WorkerBuilder {
+        WorkerBuilder {
+            client: client.clone(),
+            queues: vec![crate::client::DEFAULT_QUEUE.to_string()],
+            concurrency: DEFAULT_CONCURRENCY,
+            max_claim: 100,
+            lease: DEFAULT_LEASE,
+            safety_interval: DEFAULT_SAFETY_INTERVAL,
+            default_timeout: None,
+            worker_id: None,
+            handlers: HashMap::new(),
+        }
+    }
+}
+
+impl WorkerBuilder {
+    /// Queues to serve (default `["default"]`). Claims try them in this order.
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.queues = queues.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Jobs run at once (default 10).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+    /// Most jobs claimed by one statement (default 100).
+    pub fn max_claim_batch(mut self, max: usize) -> Self {
+        self.max_claim = max;
+        self
+    }
+    /// Lease on claimed jobs, renewed every third of it while they run (default 60 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+    /// Longest an idle worker sleeps without a notification (default 30 s).
+    /// Only a safety net: enqueues, retries and scheduled times wake it sooner.
+    pub fn safety_interval(mut self, interval: Duration) -> Self {
+        self.safety_interval = interval;
+        self
+    }
+    /// Time limit of one attempt for jobs and tasks that set none (default: none).
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = Some(timeout);
+        self
+    }
+    /// This worker's id, stored in `worker_id` of the jobs it runs (default
+    /// `host-pid-random`).
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+    /// Registers a typed task; the worker claims jobs named `T::NAME`.
+    pub fn register<T: Task>(mut self, task: T) -> Self {
+        self.handlers
+            .insert(T::NAME.to_string(), Arc::new(TypedHandler(Arc::new(task))));
+        self
+    }
+    /// Registers a handler taking and returning JSON for task `name`, e.g. for
+    /// jobs enqueued from SQL or another language.
+    pub fn register_fn<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Value, TaskError>> + Send + 'static,
+    {
+        self.handlers
+            .insert(name.into(), Arc::new(FnHandler(handler)));
+        self
+    }
+
+    /// Starts the worker on the current tokio runtime.
+    pub fn start(self) -> Result<WorkerHandle> {
+        if self.handlers.is_empty() {
+            return Err(Error::Config("a worker needs at least one handler".into()));
+        }
+        if self.queues.is_empty() || self.queues.iter().any(String::is_empty) {
+            return Err(Error::Config("a worker needs non-empty queue names".into()));
+        }
+        if self.concurrency == 0 || self.max_claim == 0 {
+            return Err(Error::Config("concurrency and max_claim_batch must be at least 1".into()));
+        }
+        if self.lease < Duration::from_millis(300) {
+            return Err(Error::Config("the lease must be at least 300 ms".into()));
+        }
+        let worker_id: Arc<str> = self.worker_id.unwrap_or_else(default_worker_id).into();
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
+        let wake = Arc::new(Notify::new());
+        let promote = Arc::new(AtomicBool::new(true));
+        let running = Arc::new(AtomicUsize::new(0));
+        let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
+        let client = self.client;
+
+        let listener = {
+            let queues = self.queues.clone();
+            let (wake, promote) = (wake.clone(), promote.clone());
+            spawn_listener(
+                client.pool(),
+                vec![client.inner.queries.job_ready_channel],
+                move |event| on_job_ready(event, &queues, &wake, &promote),
+            )
+            .0
+        };
+        let heartbeat = tokio::spawn(heartbeat::run(
+            client.clone(),
+            worker_id.clone(),
+            self.lease,
+            running.clone(),
+        ));
+        let completer = tokio::spawn(completer::run(client.clone(), outcomes_rx, self.lease));
+        let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
+        task_names.sort();
+        let producer = producer::Producer {
+            client: client.clone(),
+            worker_id: worker_id.clone(),
+            queues: self.queues,
+            handlers: Arc::new(self.handlers),
+            task_names,
+            concurrency: self.concurrency,
+            max_claim: self.max_claim,
+            lease: self.lease,
+            safety_interval: self.safety_interval,
+            default_timeout: self.default_timeout,
+            wake,
+            promote,
+            running_count: running,
+            outcomes: outcomes_tx,
+            shutdown: shutdown_rx,
+            grace: grace_rx,
+        };
+        let id = worker_id.clone();
+        let task = tokio::spawn(async move {
+            let unfinished = producer.run().await;
+            // Every executor is done and the producer's sender is gone: the
+            // completer ends once it has written what is left.
+            let _ = completer.await;
+            heartbeat.abort();
+            listener.abort();
+            let mut report = ShutdownReport {
+                released: 0,
+                unreleased: Vec::new(),
+            };
+            if !unfinished.is_empty() {
+                let inner = &client.inner;
+                match db::release(&inner.pool, inner.queries, &unfinished, &id).await {
+                    Ok(released) => report.released = released as usize,
+                    Err(error) => {
+                        tracing::error!(%error, "conveyor: cannot give back unfinished jobs; their leases will expire");
+                        report.unreleased = unfinished.iter().map(|(id, _)| *id).collect();
+                    }
+                }
+            }
+            report
+        });
+        tracing::info!(worker_id = %worker_id, "conveyor: worker started");
+        Ok(WorkerHandle {
+            worker_id,
+            shutdown: shutdown_tx,
+            grace: grace_tx,
+            task: Some(task),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct JobReady {
+    queue: String,
+    #[serde(default)]
+    scheduled: bool,
+}
+
+fn on_job_ready(event: ListenEvent<'_>, queues: &[String], wake: &Notify, promote: &AtomicBool) {
+    use std::sync::atomic::Ordering;
+    match event {
+        ListenEvent::Notification { payload, .. } => {
+            let Ok(ready) = serde_json::from_str::<JobReady>(payload) else {
+                tracing::debug!(payload, "conveyor: ignoring malformed job_ready payload");
+                return;
+            };
+            if queues.contains(&ready.queue) {
+                if ready.scheduled {
+                    promote.store(true, Ordering::Relaxed);
+                }
+                wake.notify_one();
+            }
+        }
+        ListenEvent::Gap => {
+            promote.store(true, Ordering::Relaxed);
+            wake.notify_one();
+        }
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|| "localhost".to_string());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &random[..8])
+}
+
+/// What a graceful shutdown did with the jobs still running at its deadline.
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownReport {
+    /// Jobs given back as pending (no attempt spent).
+    pub released: usize,
+    /// Jobs that could not be given back (database unreachable); they run
+    /// again when their leases expire.
+    pub unreleased: Vec<crate::JobId>,
+}
+
+/// A running worker. Dropping it without [`WorkerHandle::shutdown`] stops
+/// the worker abruptly (jobs return when their leases expire).
+#[derive(Debug)]
+pub struct WorkerHandle {
+    worker_id: Arc<str>,
+    shutdown: watch::Sender<bool>,
+    grace: watch::Sender<Duration>,
+    task: Option<JoinHandle<ShutdownReport>>,
+}
+
+impl WorkerHandle {
+    /// The worker's id (`worker_id` of the jobs it holds).
+    pub fn id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// Stops claiming, lets running jobs finish for up to `grace`, then aborts
+    /// the rest and puts them back as pending without spending an attempt.
+    /// Outcomes already produced are written before this returns.
+    pub async fn shutdown(mut self, grace: Duration) -> Result<ShutdownReport> {
+        self.grace.send_replace(grace);
+        self.shutdown.send_replace(true);
+        match self.task.take() {
+            Some(task) => task
+                .await
+                .map_err(|e| Error::Config(format!("worker task failed: {e}"))),
+            None => Ok(ShutdownReport::default()),
+        }
+    }
+
+    /// Runs until SIGINT (Ctrl-C) or SIGTERM, then shuts down with `grace`.
+    pub async fn run_until_signal(self, grace: Duration) -> Result<ShutdownReport> {
+        shutdown_signal().await;
+        tracing::info!("conveyor: shutting down on signal");
+        self.shutdown(grace).await
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            self.shutdown.send_replace(true);
+            task.abort();
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

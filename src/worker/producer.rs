@@ -1,0 +1,199 @@
+//! The claim loop: claims as many jobs as there are free slots, in one
+//! statement per queue, starts them, and sleeps when there is nothing to do
+//! until a notification, the next known `run_at`, or the safety interval.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use backoff::backoff::Backoff;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::db::{self, OutcomeRow};
+use crate::job::JobId;
+use crate::notify::reconnect_backoff;
+use crate::worker::executor;
+use crate::worker::handler::Handler;
+
+/// Most scheduled jobs promoted to pending per statement.
+const PROMOTE_BATCH: i64 = 1_000;
+
+pub(crate) struct Producer {
+    pub client: Client,
+    pub worker_id: Arc<str>,
+    pub queues: Vec<String>,
+    pub handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
+    pub task_names: Vec<String>,
+    pub concurrency: usize,
+    pub max_claim: usize,
+    pub lease: Duration,
+    pub safety_interval: Duration,
+    pub default_timeout: Option<Duration>,
+    /// Set by the listener: something may be runnable.
+    pub wake: Arc<Notify>,
+    /// Set by the listener: a job may have been scheduled; look for due ones.
+    pub promote: Arc<AtomicBool>,
+    pub running_count: Arc<AtomicUsize>,
+    pub outcomes: UnboundedSender<OutcomeRow>,
+    pub shutdown: watch::Receiver<bool>,
+    pub grace: watch::Receiver<Duration>,
+}
+
+/// Jobs still running when the grace period ended: (id, attempt).
+pub(crate) type Unfinished = Vec<(JobId, i32)>;
+
+impl Producer {
+    pub(crate) async fn run(mut self) -> Unfinished {
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut running: HashMap<tokio::task::Id, (JobId, i32)> = HashMap::new();
+        let mut maybe_work = true;
+        self.promote.store(true, Ordering::Relaxed);
+        let mut next_due: Option<Instant> = None;
+        let mut errors = reconnect_backoff();
+        let mut error_wait: Option<Instant> = None;
+
+        while !*self.shutdown.borrow() {
+            if error_wait.is_none() {
+                match self
+                    .fill_slots(&mut tasks, &mut running, &mut maybe_work, &mut next_due)
+                    .await
+                {
+                    Ok(()) => errors.reset(),
+                    Err(error) => {
+                        let wait = errors.next_backoff().unwrap_or(Duration::from_secs(5));
+                        tracing::warn!(%error, ?wait, "conveyor: cannot claim jobs");
+                        error_wait = Some(Instant::now() + wait);
+                    }
+                }
+            }
+            self.running_count.store(tasks.len(), Ordering::Relaxed);
+
+            let safety = Instant::now() + self.safety_interval;
+            let timer = [next_due, error_wait, Some(safety)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(safety);
+            tokio::select! {
+                _ = self.shutdown.changed() => {}
+                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    // Collect every job that has finished, then claim for all free slots at once.
+                    let mut joined = Some(joined);
+                    while let Some(result) = joined {
+                        let id = match result { Ok((id, ())) => id, Err(e) => e.id() };
+                        running.remove(&id);
+                        joined = tasks.try_join_next_with_id();
+                    }
+                }
+                _ = self.wake.notified() => maybe_work = true,
+                _ = tokio::time::sleep_until(timer) => {
+                    let now = Instant::now();
+                    if error_wait.is_some_and(|at| at <= now) {
+                        error_wait = None;
+                    }
+                    if next_due.is_some_and(|at| at <= now) || safety <= now {
+                        self.promote.store(true, Ordering::Relaxed);
+                        maybe_work = true;
+                        next_due = None;
+                    }
+                }
+            }
+        }
+        self.drain(tasks, running).await
+    }
+
+    /// Promotes due jobs if asked to, then claims while slots are free and
+    /// full batches come back.
+    async fn fill_slots(
+        &mut self,
+        tasks: &mut JoinSet<()>,
+        running: &mut HashMap<tokio::task::Id, (JobId, i32)>,
+        maybe_work: &mut bool,
+        next_due: &mut Option<Instant>,
+    ) -> crate::Result<()> {
+        let inner = &self.client.inner;
+        if self.promote.swap(false, Ordering::Relaxed) {
+            let promoted = db::promote(&inner.pool, inner.queries, &self.queues, PROMOTE_BATCH)
+                .await
+                .inspect_err(|_| self.promote.store(true, Ordering::Relaxed))?;
+            *next_due = promoted.next_run_at.map(|at| {
+                let wait = (at - promoted.db_now).to_std().unwrap_or_default();
+                Instant::now() + wait + Duration::from_millis(1)
+            });
+            if promoted.promoted > 0 {
+                *maybe_work = true;
+                if promoted.promoted >= PROMOTE_BATCH {
+                    self.promote.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        while *maybe_work && tasks.len() < self.concurrency {
+            let mut want = (self.concurrency - tasks.len()).min(self.max_claim);
+            let asked = want;
+            for queue in &self.queues {
+                if want == 0 {
+                    break;
+                }
+                let jobs = db::claim(
+                    &inner.pool,
+                    inner.queries,
+                    queue,
+                    &self.task_names,
+                    want as i64,
+                    self.lease.as_secs_f64(),
+                    &self.worker_id,
+                )
+                .await?;
+                want -= jobs.len().min(want);
+                for job in jobs {
+                    let Some(handler) = self.handlers.get(&job.task).cloned() else {
+                        // Cannot happen: the claim filters on registered names.
+                        continue;
+                    };
+                    let key = (job.id, job.attempt);
+                    let abort = tasks.spawn(executor::execute(
+                        job,
+                        handler,
+                        self.worker_id.clone(),
+                        self.default_timeout,
+                        self.outcomes.clone(),
+                    ));
+                    running.insert(abort.id(), key);
+                }
+            }
+            if want > 0 || asked == 0 {
+                // A short batch: the queues are drained for now.
+                *maybe_work = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops claiming, waits up to the grace period for running jobs, aborts
+    /// the rest and returns them.
+    async fn drain(
+        mut self,
+        mut tasks: JoinSet<()>,
+        mut running: HashMap<tokio::task::Id, (JobId, i32)>,
+    ) -> Unfinished {
+        let deadline = Instant::now() + *self.grace.borrow_and_update();
+        while !tasks.is_empty() {
+            tokio::select! {
+                Some(joined) = tasks.join_next_with_id() => {
+                    let id = match joined { Ok((id, ())) => id, Err(e) => e.id() };
+                    running.remove(&id);
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        let unfinished: Unfinished = running.into_values().collect();
+        tasks.shutdown().await;
+        self.running_count.store(0, Ordering::Relaxed);
+        unfinished
+    }
+}
