@@ -1,0 +1,274 @@
+//! Enqueue in all four ways, results, idempotent ids, transactions and wake-ups.
+
+use std::time::Duration;
+
+use conveyor::{Client, JobState, NewJob, Task, TaskContext, TaskError, Worker};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually, wait_for_listen};
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy)]
+pub struct AddArgs {
+    pub a: i64,
+    pub b: i64,
+}
+
+pub struct Add;
+
+impl Task for Add {
+    const NAME: &'static str = "add";
+    type Args = AddArgs;
+    type Output = i64;
+
+    async fn run(&self, _ctx: TaskContext, args: AddArgs) -> Result<i64, TaskError> {
+        Ok(args.a + args.b)
+    }
+}
+
+fn echo_worker(client: &Client) -> conveyor::WorkerBuilder {
+    Worker::builder(client)
+        .register(Add)
+        .register_fn("echo", |ctx, args| async move {
+            Ok(json!({ "args": args, "attempt": ctx.attempt(), "tenant": ctx.header("tenant") }))
+        })
+}
+
+#[tokio::test]
+async fn typed_json_and_sql_jobs_run_and_return_results() {
+    let db = TestDb::new().await;
+    let worker = echo_worker(&db.client).start().unwrap();
+
+    let typed = db.client.enqueue(Add::job(AddArgs { a: 2, b: 40 })).await.unwrap();
+    let untyped = db
+        .client
+        .enqueue(NewJob::new("echo", json!({"x": 1})).header("tenant", json!("acme")))
+        .await
+        .unwrap();
+    let from_sql: uuid::Uuid =
+        sqlx::query_scalar("SELECT conveyor.enqueue('add', '{\"a\": 1, \"b\": 2}')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+
+    assert_eq!(typed.wait(WAIT).await.unwrap(), 42);
+    assert_eq!(
+        untyped.wait(WAIT).await.unwrap(),
+        json!({"args": {"x": 1}, "attempt": 1, "tenant": "acme"})
+    );
+    assert_eq!(db.client.handle::<i64>(from_sql).wait(WAIT).await.unwrap(), 3);
+
+    // Everything is in the table, queryable with SQL.
+    let rows: Vec<(String, String, Value, i32)> = sqlx::query_as(
+        "SELECT task, state, result, attempt FROM conveyor.jobs ORDER BY created_at, id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|(_, state, _, attempt)| state == "success" && *attempt == 1));
+    let job = typed.job().await.unwrap();
+    assert!(job.started_at.is_some() && job.finished_at.is_some());
+    assert!(job.lease_expires_at.is_none() && job.worker_id.is_none());
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn all_four_ways_share_the_same_defaults() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let a = c.enqueue(NewJob::new("t", json!({}))).await.unwrap().id();
+    let mut tx = db.pool.begin().await.unwrap();
+    let b = c.enqueue_tx(&mut tx, NewJob::new("t", json!({}))).await.unwrap().id();
+    tx.commit().await.unwrap();
+    let d = c.enqueue_many(vec![NewJob::new("t", json!({}))]).await.unwrap()[0].id();
+    let e: uuid::Uuid = sqlx::query_scalar("SELECT conveyor.enqueue('t')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let rows: Vec<(String, String, i32, i32, f64, Option<f64>, Value, Value, i32)> =
+        sqlx::query_as(
+            "SELECT queue, state, priority, max_retries,
+                    extract(epoch FROM retry_backoff_base)::float8,
+                    extract(epoch FROM timeout)::float8, headers, args, attempt
+             FROM conveyor.jobs WHERE id = ANY($1)",
+        )
+        .bind(vec![a, b, d, e])
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        assert_eq!(row, &rows[0], "defaults differ between enqueue paths");
+    }
+    assert_eq!(
+        rows[0],
+        ("default".into(), "pending".into(), 0, 25, 1.0, None, json!({}), json!({}), 0)
+    );
+    // Table defaults agree too (a hand-written INSERT).
+    sqlx::query("INSERT INTO conveyor.jobs (task) VALUES ('t')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(count_jobs(&db.pool, "queue = 'default' AND max_retries = 25 AND priority = 0 AND retry_backoff_base = '1 second'").await, 5);
+}
+
+#[tokio::test]
+async fn rollback_leaves_no_job_and_commit_wakes_an_idle_worker() {
+    let db = TestDb::new().await;
+    sqlx::query("CREATE TABLE orders (id int PRIMARY KEY)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // Safety interval of an hour: only a notification can wake this worker.
+    let worker = echo_worker(&db.client)
+        .safety_interval(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    wait_for_listen(&db.pool, 1).await;
+    // A first job proves the worker has done its start-up scan and gone idle.
+    let warmup = db.client.enqueue(Add::job(AddArgs { a: 0, b: 0 })).await.unwrap();
+    warmup.wait(WAIT).await.unwrap();
+
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (1)").execute(&mut *tx).await.unwrap();
+    let rolled_back = db
+        .client
+        .enqueue_tx(&mut tx, Add::job(AddArgs { a: 1, b: 1 }))
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(count_jobs(&db.pool, &format!("id = '{}'", rolled_back.id())).await, 0);
+    assert_eq!(count_jobs(&db.pool, "true").await, 1);
+
+    for n in 0..3 {
+        let mut tx = db.pool.begin().await.unwrap();
+        sqlx::query("INSERT INTO orders VALUES ($1)")
+            .bind(10 + n)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let handle = db
+            .client
+            .enqueue_tx(&mut tx, Add::job(AddArgs { a: n.into(), b: 1 }))
+            .await
+            .unwrap();
+        // Invisible to workers until commit.
+        assert_eq!(count_jobs(&db.pool, &format!("id = '{}'", handle.id())).await, 0);
+        tx.commit().await.unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(handle.wait(Duration::from_secs(5)).await.unwrap(), i64::from(n) + 1);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn bulk_enqueue_inserts_thousands_in_the_callers_transaction() {
+    let db = TestDb::new().await;
+    let jobs: Vec<_> = (0..12_000).map(|i| Add::job(AddArgs { a: i, b: 1 })).collect();
+    let mut tx = db.pool.begin().await.unwrap();
+    let handles = db.client.enqueue_many_tx(&mut tx, jobs).await.unwrap();
+    assert_eq!(handles.len(), 12_000);
+    assert!(handles.iter().all(|h| !h.is_duplicate()));
+    tx.rollback().await.unwrap();
+    assert_eq!(count_jobs(&db.pool, "true").await, 0);
+
+    let jobs: Vec<_> = (0..3_000).map(|i| Add::job(AddArgs { a: i, b: 1 })).collect();
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 3_000);
+    let worker = echo_worker(&db.client).concurrency(50).start().unwrap();
+    // Handles come back in input order.
+    assert_eq!(handles[0].wait(WAIT).await.unwrap(), 1);
+    assert_eq!(handles[2_999].wait(WAIT).await.unwrap(), 3_000);
+    eventually(WAIT, "all bulk jobs succeed", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 3_000).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn same_caller_given_id_twice_gives_one_job_and_the_first_result() {
+    let db = TestDb::new().await;
+    let worker = echo_worker(&db.client).start().unwrap();
+    let id = conveyor::job_id_from_key("webhook-message-7");
+    let first = db
+        .client
+        .enqueue(NewJob::new("echo", json!({"n": 1})).id(id))
+        .await
+        .unwrap();
+    assert!(!first.is_duplicate());
+    let result = first.wait(WAIT).await.unwrap();
+
+    // The webhook is delivered again, even with other arguments.
+    let second = db
+        .client
+        .enqueue(NewJob::new("echo", json!({"n": 2})).id(id))
+        .await
+        .unwrap();
+    assert!(second.is_duplicate());
+    assert_eq!(second.id(), id);
+    assert_eq!(second.wait(WAIT).await.unwrap(), result);
+    assert_eq!(result["args"], json!({"n": 1}));
+    // From SQL too: the existing id is returned and nothing is inserted.
+    let again: uuid::Uuid = sqlx::query_scalar("SELECT conveyor.enqueue('echo', id => $1)")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(again, id);
+    // And twice in one batch.
+    let twice = db
+        .client
+        .enqueue_many(vec![
+            NewJob::new("echo", json!({})).id(id),
+            NewJob::new("echo", json!({})).id(id),
+        ])
+        .await
+        .unwrap();
+    assert!(twice.iter().all(|h| h.is_duplicate()));
+    assert_eq!(count_jobs(&db.pool, "true").await, 1);
+    assert_eq!(first.job().await.unwrap().attempt, 1);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_job_never_starts_before_its_run_at() {
+    let db = TestDb::new().await;
+    let starts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let client = db.client.clone();
+    let worker = Worker::builder(&db.client)
+        .concurrency(10)
+        .register_fn("stamp", move |ctx, _args| {
+            let (seen, client) = (seen.clone(), client.clone());
+            async move {
+                let now = chrono::Utc::now();
+                let job = client.job(ctx.job_id()).await?.ok_or(TaskError::fail("gone"))?;
+                seen.lock().unwrap().push((job.run_at, now));
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    let mut handles = Vec::new();
+    for i in 0..10u64 {
+        let job = NewJob::new("stamp", json!({})).delay(Duration::from_millis(150 * i));
+        handles.push(db.client.enqueue(job).await.unwrap());
+    }
+    let at = chrono::Utc::now() + chrono::Duration::milliseconds(700);
+    handles.push(db.client.enqueue(NewJob::new("stamp", json!({})).run_at(at)).await.unwrap());
+    assert_eq!(handles[10].state().await.unwrap(), JobState::Scheduled);
+    for handle in &handles {
+        handle.wait(WAIT).await.unwrap();
+    }
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 11);
+    for (run_at, started) in starts {
+        assert!(started >= run_at, "started {started} before run_at {run_at}");
+    }
+    // The database agrees: no claim before run_at.
+    assert_eq!(count_jobs(&db.pool, "started_at < run_at").await, 0);
+    worker.shutdown(WAIT).await.unwrap();
+}

@@ -1,0 +1,8 @@
+//! Integration tests against a real PostgreSQL: each test makes a database of
+//! its own (see `common::TestDb`), so they run in parallel.
+
+mod common;
+mod enqueue;
+mod migrate;
+mod retries;
+mod worker;

@@ -1,0 +1,74 @@
+//! Migrations: concurrent callers, idempotence, other schemas, clear errors.
+
+use std::time::Duration;
+
+use conveyor::{Client, NewJob, Worker};
+use serde_json::json;
+
+use crate::common::{TestDb, WAIT};
+
+#[tokio::test]
+async fn eight_concurrent_migrations_apply_the_schema_once() {
+    let db = TestDb::empty().await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move { conveyor::migrate(&pool).await }));
+    }
+    let mut applied = Vec::new();
+    for task in tasks {
+        applied.extend(task.await.unwrap().unwrap());
+    }
+    applied.sort();
+    assert_eq!(applied, [1], "each migration applied by exactly one caller");
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.schema_history")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(history, 1);
+    // Idempotent afterwards.
+    assert!(conveyor::migrate(&db.pool).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_unmigrated_database_gives_a_clear_error() {
+    let db = TestDb::empty().await;
+    let err = db
+        .client
+        .enqueue(NewJob::new("t", json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, conveyor::Error::NotMigrated(_)), "{err:?}");
+    assert!(err.to_string().contains("run conveyor::migrate"), "{err}");
+}
+
+#[tokio::test]
+async fn another_schema_works_side_by_side() {
+    let db = TestDb::new().await;
+    conveyor::migrate_schema(&db.pool, "tenant_a").await.unwrap();
+    let tenant = Client::builder(db.pool.clone()).schema("tenant_a").build().unwrap();
+    assert!(Client::builder(db.pool.clone()).schema("Bad-Name").build().is_err());
+    let worker = Worker::builder(&tenant)
+        .register_fn("hello", |_, _| async move { Ok(json!("from tenant_a")) })
+        .start()
+        .unwrap();
+    let handle = tenant.enqueue(NewJob::new("hello", json!({}))).await.unwrap();
+    assert_eq!(handle.wait(WAIT).await.unwrap(), json!("from tenant_a"));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM tenant_a.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let default: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!((n, default), (1, 0));
+    // SQL enqueue in that schema wakes that schema's workers.
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT tenant_a.enqueue('hello')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let out: serde_json::Value = tenant.handle(id).wait(WAIT).await.unwrap();
+    assert_eq!(out, json!("from tenant_a"));
+    worker.shutdown(Duration::from_secs(5)).await.unwrap();
+}

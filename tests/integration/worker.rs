@@ -1,0 +1,162 @@
+//! Many workers, exactly-once processing, unknown tasks, graceful shutdown.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor::{JobId, JobState, NewJob, Task, TaskError, Worker};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+use crate::enqueue::{Add, AddArgs};
+
+#[tokio::test]
+async fn five_workers_run_twenty_thousand_jobs_exactly_once() {
+    let db = TestDb::new().await;
+    const JOBS: usize = 20_000;
+    let runs: Arc<Mutex<HashMap<JobId, u32>>> = Arc::default();
+    let mut workers = Vec::new();
+    for n in 0..5 {
+        let runs = runs.clone();
+        let worker = Worker::builder(&db.client)
+            .id(format!("w{n}"))
+            .concurrency(20)
+            .register_fn("count", move |ctx, _| {
+                let runs = runs.clone();
+                async move {
+                    *runs.lock().unwrap().entry(ctx.job_id()).or_default() += 1;
+                    Ok(Value::Null)
+                }
+            })
+            .start()
+            .unwrap();
+        workers.push(worker);
+    }
+    let jobs = (0..JOBS).map(|i| NewJob::new("count", json!({ "i": i }))).collect();
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    eventually(Duration::from_secs(120), "20,000 jobs succeed", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == JOBS as i64).then_some(())
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
+    let runs = runs.lock().unwrap();
+    assert_eq!(runs.len(), JOBS, "every job ran");
+    assert!(runs.values().all(|&n| n == 1), "no job ran twice");
+    assert!(handles.iter().all(|h| runs.contains_key(&h.id())));
+    assert_eq!(count_jobs(&db.pool, "attempt = 1 AND state = 'success'").await, JOBS as i64);
+}
+
+#[tokio::test]
+async fn a_worker_never_claims_tasks_it_has_no_handler_for() {
+    let db = TestDb::new().await;
+    let worker = Worker::builder(&db.client).register(Add).start().unwrap();
+    let unknown = db
+        .client
+        .enqueue(NewJob::new("nobody_handles_this", json!({})))
+        .await
+        .unwrap();
+    let known = db.client.enqueue(Add::job(AddArgs { a: 1, b: 2 })).await.unwrap();
+    assert_eq!(known.wait(WAIT).await.unwrap(), 3);
+    // Waiting on it times out; it was never touched.
+    let err = unknown.wait_job(Duration::from_millis(300)).await.unwrap_err();
+    assert!(matches!(err, conveyor::Error::WaitTimeout { state: JobState::Pending, .. }));
+    let job = unknown.job().await.unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Pending, 0));
+    worker.shutdown(WAIT).await.unwrap();
+
+    // A worker that has the handler picks it up.
+    let worker = Worker::builder(&db.client)
+        .register_fn("nobody_handles_this", |_, _| async move { Ok(json!("finally")) })
+        .start()
+        .unwrap();
+    assert_eq!(unknown.wait(WAIT).await.unwrap(), json!("finally"));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_lets_jobs_finish_or_gives_them_back_without_spending_an_attempt() {
+    let db = TestDb::new().await;
+    // "quick" jobs wait for a permit the test hands out during the grace
+    // period; "stuck" jobs never finish.
+    let permits = Arc::new(Semaphore::new(0));
+    let started = Arc::new(Semaphore::new(0));
+    let (p, s) = (permits.clone(), started.clone());
+    let worker = Worker::builder(&db.client)
+        .concurrency(4)
+        .register_fn("job", move |_, args| {
+            let (permits, started) = (p.clone(), s.clone());
+            async move {
+                started.add_permits(1);
+                if args["stuck"] == json!(true) {
+                    std::future::pending::<()>().await;
+                }
+                let _permit = permits.acquire().await.map_err(TaskError::fail)?;
+                Ok(json!("finished"))
+            }
+        })
+        .start()
+        .unwrap();
+    let mut quick = Vec::new();
+    let mut stuck = Vec::new();
+    for _ in 0..2 {
+        quick.push(db.client.enqueue(NewJob::new("job", json!({"stuck": false}))).await.unwrap());
+        stuck.push(db.client.enqueue(NewJob::new("job", json!({"stuck": true}))).await.unwrap());
+    }
+    // All four are running.
+    let _all = tokio::time::timeout(WAIT, started.acquire_many(4)).await.unwrap().unwrap();
+    assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 4);
+
+    let shutdown = tokio::spawn(worker.shutdown(Duration::from_secs(2)));
+    permits.add_permits(2); // the quick ones finish inside the grace period
+    let report = shutdown.await.unwrap().unwrap();
+    assert_eq!(report.released, 2);
+    assert!(report.unreleased.is_empty());
+
+    for handle in &quick {
+        let job = handle.job().await.unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Success, 1));
+    }
+    for handle in &stuck {
+        let job = handle.job().await.unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Pending, 0), "given back, attempt not spent");
+        assert!(job.worker_id.is_none() && job.lease_expires_at.is_none());
+    }
+    assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 0);
+}
+
+#[tokio::test]
+async fn leases_are_renewed_while_a_job_runs() {
+    let db = TestDb::new().await;
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    let worker = Worker::builder(&db.client)
+        .lease(Duration::from_millis(600))
+        .register_fn("long", move |_, _| {
+            let gate = g.clone();
+            async move {
+                let _p = gate.acquire().await.map_err(TaskError::fail)?;
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    let handle = db.client.enqueue(NewJob::new("long", json!({}))).await.unwrap();
+    let first = eventually(WAIT, "job started", || async {
+        let job = handle.job().await.ok()?;
+        job.lease_expires_at
+    })
+    .await;
+    // The heartbeat pushes the lease forward while the handler runs.
+    eventually(WAIT, "lease renewed", || async {
+        let lease = handle.job().await.ok()?.lease_expires_at?;
+        (lease > first).then_some(())
+    })
+    .await;
+    gate.add_permits(1);
+    handle.wait(WAIT).await.unwrap();
+    assert_eq!(handle.job().await.unwrap().attempt, 1);
+    worker.shutdown(WAIT).await.unwrap();
+}
