@@ -24,6 +24,15 @@ struct Resized {
     bytes: u64,
 }
 
+#[derive(sqlx::FromRow)]
+struct HistoryRow {
+    task: String,
+    state: String,
+    attempt: i32,
+    result: Option<String>,
+    last_error: Option<String>,
+}
+
 /// A typed task: arguments and result are Rust types, stored as JSON.
 struct Resize;
 
@@ -68,12 +77,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Typed enqueue.
     let photo = client
-        .enqueue(Resize::job(ResizeArgs { image: "cat.png".into(), width: 128 }))
+        .enqueue(Resize::job(ResizeArgs {
+            image: "cat.png".into(),
+            width: 128,
+        }))
         .await?;
     let flaky = client
         .enqueue(
-            Resize::job(ResizeArgs { image: "flaky.png".into(), width: 64 })
-                .retry_backoff_base(Duration::from_millis(200)),
+            Resize::job(ResizeArgs {
+                image: "flaky.png".into(),
+                width: 64,
+            })
+            .retry_backoff_base(Duration::from_millis(200)),
         )
         .await?;
     // JSON enqueue, with an ETA half a second from now.
@@ -81,11 +96,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enqueue(NewJob::new("greet", json!({"name": "Ada"})).delay(Duration::from_millis(500)))
         .await?;
     // Enqueue from SQL, as psql or a trigger would.
-    let from_sql: uuid::Uuid = sqlx::query_scalar(
-        "SELECT conveyor.enqueue('greet', '{\"name\": \"SQL\"}'::jsonb)",
-    )
-    .fetch_one(&pool)
-    .await?;
+    let from_sql: uuid::Uuid =
+        sqlx::query_scalar("SELECT conveyor.enqueue('greet', '{\"name\": \"SQL\"}'::jsonb)")
+            .fetch_one(&pool)
+            .await?;
 
     let timeout = Duration::from_secs(30);
     println!("resize cat.png   -> {:?}", photo.wait(timeout).await?);
@@ -96,19 +110,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     worker.shutdown(Duration::from_secs(5)).await?;
 
-    println!("\nSELECT task, state, attempt, result, last_error FROM conveyor.jobs WHERE id = ANY(...):");
+    // The whole history is plain SQL.
+    let sql = "SELECT task, state, attempt, result::text AS result, last_error
+               FROM conveyor.jobs WHERE id = ANY($1) ORDER BY created_at, id";
+    println!("\n{sql}");
     let ids = vec![photo.id(), flaky.id(), greet.id(), from_sql];
-    let rows: Vec<(String, String, i32, Option<serde_json::Value>, Option<String>)> = sqlx::query_as(
-        "SELECT task, state, attempt, result, last_error FROM conveyor.jobs
-         WHERE id = ANY($1) ORDER BY created_at",
-    )
-    .bind(&ids)
-    .fetch_all(&pool)
-    .await?;
-    println!("{:<14} {:<8} {:>7}  {:<58} last_error", "task", "state", "attempt", "result");
-    for (task, state, attempt, result, error) in rows {
-        let result = result.map(|r| r.to_string()).unwrap_or_default();
-        println!("{task:<14} {state:<8} {attempt:>7}  {result:<58} {}", error.unwrap_or_default());
+    let rows: Vec<HistoryRow> = sqlx::query_as(sql).bind(&ids).fetch_all(&pool).await?;
+    println!(
+        "{:<13} {:<8} {:>7}  {:<44} last_error",
+        "task", "state", "attempt", "result"
+    );
+    for row in rows {
+        println!(
+            "{:<13} {:<8} {:>7}  {:<44} {}",
+            row.task,
+            row.state,
+            row.attempt,
+            row.result.unwrap_or_default(),
+            row.last_error.unwrap_or_default()
+        );
     }
     Ok(())
 }

@@ -113,7 +113,8 @@ impl<O> NewJob<O> {
         self.delay = None;
         self
     }
-    /// Earliest start, relative to the database's clock at insert. Replaces any
+    /// Earliest start, relative to the database's clock when the insert
+    /// statement runs (`statement_timestamp()`). Replaces any
     /// [`NewJob::run_at`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
@@ -327,7 +328,11 @@ impl Client {
                         .ok_or(Error::NotFound(found.id))?;
                 }
                 let first = seen.insert(found.id);
-                handles.push(JobHandle::new(self.clone(), found.id, found.inserted && first));
+                handles.push(JobHandle::new(
+                    self.clone(),
+                    found.id,
+                    found.inserted && first,
+                ));
             }
         }
         Ok(handles)

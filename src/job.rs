@@ -170,10 +170,12 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
     fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
         use sqlx::Row;
         let state: String = row.try_get("state")?;
-        let state = state.parse().map_err(|e: String| sqlx::Error::ColumnDecode {
-            index: "state".into(),
-            source: e.into(),
-        })?;
+        let state = state
+            .parse()
+            .map_err(|e: String| sqlx::Error::ColumnDecode {
+                index: "state".into(),
+                source: e.into(),
+            })?;
         let errors: Value = row.try_get("errors")?;
         let errors = serde_json::from_value(errors).map_err(|e| sqlx::Error::ColumnDecode {
             index: "errors".into(),
@@ -190,8 +192,7 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
             run_at: row.try_get("run_at")?,
             attempt: row.try_get("attempt")?,
             max_retries: row.try_get("max_retries")?,
-            retry_backoff_base: secs(row.try_get("retry_backoff_base_secs")?)
-                .unwrap_or_default(),
+            retry_backoff_base: secs(row.try_get("retry_backoff_base_secs")?).unwrap_or_default(),
             retry_backoff: secs(row.try_get("retry_backoff_secs")?),
             timeout: secs(row.try_get("timeout_secs")?),
             lease_expires_at: row.try_get("lease_expires_at")?,

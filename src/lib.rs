@@ -7,6 +7,7 @@ mod db;
 mod error;
 mod handle;
 mod job;
+mod maintenance;
 mod migrate;
 mod notify;
 mod retry;

@@ -1,4 +1,6 @@
--- Extend the lease of every job worker $1 is running.
-UPDATE conveyor.jobs
-SET lease_expires_at = now() + make_interval(secs => $2)
-WHERE state = 'started' AND worker_id = $1
+-- Extend the leases of the jobs this worker process is running: (id, attempt)
+-- pairs, so a lease lost to the rescuer and claimed again is not touched.
+UPDATE conveyor.jobs j
+SET lease_expires_at = now() + make_interval(secs => $3)
+FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'started'

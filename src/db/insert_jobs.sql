@@ -12,7 +12,8 @@ WITH input AS (
               max_retries, backoff_base_secs, timeout_secs, ord)
 ),
 prepared AS (
-    SELECT i.*, coalesce(i.run_at, now() + make_interval(secs => coalesce(i.delay_secs, 0))) AS due
+    SELECT i.*, coalesce(i.run_at,
+                      statement_timestamp() + make_interval(secs => coalesce(i.delay_secs, 0))) AS due
     FROM input i
 ),
 inserted AS (
@@ -20,7 +21,7 @@ inserted AS (
         (id, queue, task, args, headers, state, priority, run_at,
          max_retries, retry_backoff_base, timeout)
     SELECT id, queue, task, args, headers,
-           CASE WHEN due > now() THEN 'scheduled' ELSE 'pending' END,
+           CASE WHEN due > statement_timestamp() THEN 'scheduled' ELSE 'pending' END,
            priority, due, max_retries,
            make_interval(secs => backoff_base_secs),
            CASE WHEN timeout_secs IS NOT NULL THEN make_interval(secs => timeout_secs) END

@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor, Row};
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, JobState};
@@ -35,6 +35,7 @@ pub(crate) struct Queries {
     complete: &'static str,
     heartbeat: &'static str,
     release: &'static str,
+    rescue: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -74,7 +75,9 @@ impl Queries {
     pub(crate) fn for_schema(schema: &str) -> &'static Queries {
         static CACHE: OnceLock<Mutex<HashMap<String, &'static Queries>>> = OnceLock::new();
         let cache = CACHE.get_or_init(Default::default);
-        let mut cache = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut cache = cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(queries) = cache.get(schema) {
             return queries;
         }
@@ -92,6 +95,7 @@ impl Queries {
             complete: load(include_str!("complete.sql")),
             heartbeat: load(include_str!("heartbeat.sql")),
             release: load(include_str!("release.sql")),
+            rescue: load(include_str!("rescue.sql")),
             create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
@@ -310,18 +314,47 @@ pub(crate) async fn complete<'e>(
     Ok(row.try_get("updated")?)
 }
 
+/// Extends the leases of running jobs (id, attempt); returns how many were still held.
 pub(crate) async fn heartbeat<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
-    worker_id: &str,
+    jobs: &[(JobId, i32)],
     lease_secs: f64,
 ) -> Result<u64> {
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
+    let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
     Ok(sqlx::query(q.heartbeat)
-        .bind(worker_id)
+        .bind(&ids)
+        .bind(&attempts)
         .bind(lease_secs)
         .execute(exec)
         .await?
         .rows_affected())
+}
+
+/// Recovers up to `limit` jobs whose lease expired, if no other process is
+/// doing it right now (advisory lock); `None` when another one is.
+pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Option<i64>> {
+    use sqlx::Connection;
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let locked: bool = sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.rescuer:' || $1, 0))",
+    )
+    .bind(q.schema)
+    .fetch_one(&mut *tx)
+    .await?;
+    if !locked {
+        return Ok(None);
+    }
+    let row = sqlx::query(q.rescue)
+        .bind(limit)
+        .bind(q.job_ready_channel)
+        .bind(q.job_finished_channel)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Some(row.try_get("rescued")?))
 }
 
 /// Puts jobs (id, attempt) held by `worker_id` back to pending; returns how many.

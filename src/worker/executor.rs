@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::db::OutcomeRow;
 use crate::job::{Job, JobState};
-use crate::retry::fibonacci_backoff;
+use crate::retry::{MAX_BACKOFF, fibonacci_backoff};
 use crate::task::{Failure, TaskContext, TaskError};
 use crate::worker::handler::Handler;
 
@@ -104,7 +104,7 @@ pub(crate) fn outcome_of(job: &Job, result: Result<serde_json::Value, TaskError>
     let delay = match error.failure() {
         Failure::Fail => None,
         _ if !retries_left => None,
-        Failure::RetryAfter(delay) => Some(delay),
+        Failure::RetryAfter(delay) => Some(delay.min(MAX_BACKOFF)),
         Failure::Retry => Some(fibonacci_backoff(
             u32::try_from(job.attempt).unwrap_or(1),
             job.retry_backoff_base,

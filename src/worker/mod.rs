@@ -15,7 +15,8 @@ mod producer;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -46,6 +47,7 @@ pub struct WorkerBuilder {
     lease: Duration,
     safety_interval: Duration,
     default_timeout: Option<Duration>,
+    rescue_interval: Option<Duration>,
     worker_id: Option<String>,
     handlers: HashMap<String, Arc<dyn Handler>>,
 }
@@ -92,6 +94,7 @@ impl Worker {
             lease: DEFAULT_LEASE,
             safety_interval: DEFAULT_SAFETY_INTERVAL,
             default_timeout: None,
+            rescue_interval: None,
             worker_id: None,
             handlers: HashMap::new(),
         }
@@ -134,6 +137,12 @@ impl WorkerBuilder {
         self.default_timeout = Some(timeout);
         self
     }
+    /// How often this worker looks for jobs whose lease expired (default:
+    /// half the lease). Workers take turns through an advisory lock.
+    pub fn rescue_interval(mut self, every: Duration) -> Self {
+        self.rescue_interval = Some(every);
+        self
+    }
     /// This worker's id, stored in `worker_id` of the jobs it runs (default
     /// `host-pid-random`).
     pub fn id(mut self, id: impl Into<String>) -> Self {
@@ -167,7 +176,9 @@ impl WorkerBuilder {
             return Err(Error::Config("a worker needs non-empty queue names".into()));
         }
         if self.concurrency == 0 || self.max_claim == 0 {
-            return Err(Error::Config("concurrency and max_claim_batch must be at least 1".into()));
+            return Err(Error::Config(
+                "concurrency and max_claim_batch must be at least 1".into(),
+            ));
         }
         if self.lease < Duration::from_millis(300) {
             return Err(Error::Config("the lease must be at least 300 ms".into()));
@@ -177,7 +188,7 @@ impl WorkerBuilder {
         let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
         let wake = Arc::new(Notify::new());
         let promote = Arc::new(AtomicBool::new(true));
-        let running = Arc::new(AtomicUsize::new(0));
+        let running = RunningJobs::default();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
         let client = self.client;
 
@@ -191,11 +202,10 @@ impl WorkerBuilder {
             )
             .0
         };
-        let heartbeat = tokio::spawn(heartbeat::run(
+        let heartbeat = tokio::spawn(heartbeat::run(client.clone(), self.lease, running.clone()));
+        let rescuer = tokio::spawn(crate::maintenance::rescuer::run(
             client.clone(),
-            worker_id.clone(),
-            self.lease,
-            running.clone(),
+            self.rescue_interval.unwrap_or(self.lease / 2),
         ));
         let completer = tokio::spawn(completer::run(client.clone(), outcomes_rx, self.lease));
         let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
@@ -213,19 +223,25 @@ impl WorkerBuilder {
             default_timeout: self.default_timeout,
             wake,
             promote,
-            running_count: running,
+            running,
             outcomes: outcomes_tx,
             shutdown: shutdown_rx,
             grace: grace_rx,
         };
         let id = worker_id.clone();
         let task = tokio::spawn(async move {
+            // Aborting this task (dropping the handle) aborts the helpers too.
+            let helpers = AbortOnDrop(vec![
+                heartbeat.abort_handle(),
+                rescuer.abort_handle(),
+                listener.abort_handle(),
+                completer.abort_handle(),
+            ]);
             let unfinished = producer.run().await;
             // Every executor is done and the producer's sender is gone: the
             // completer ends once it has written what is left.
             let _ = completer.await;
-            heartbeat.abort();
-            listener.abort();
+            drop(helpers);
             let mut report = ShutdownReport {
                 released: 0,
                 unreleased: Vec::new(),
@@ -249,6 +265,19 @@ impl WorkerBuilder {
             grace: grace_tx,
             task: Some(task),
         })
+    }
+}
+
+/// Jobs a worker is running: executor task → (job id, attempt).
+pub(crate) type RunningJobs = Arc<Mutex<HashMap<tokio::task::Id, (crate::JobId, i32)>>>;
+
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
     }
 }
 

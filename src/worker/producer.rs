@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backoff::backoff::Backoff;
@@ -17,6 +17,7 @@ use crate::client::Client;
 use crate::db::{self, OutcomeRow};
 use crate::job::JobId;
 use crate::notify::reconnect_backoff;
+use crate::worker::RunningJobs;
 use crate::worker::executor;
 use crate::worker::handler::Handler;
 
@@ -38,7 +39,8 @@ pub(crate) struct Producer {
     pub wake: Arc<Notify>,
     /// Set by the listener: a job may have been scheduled; look for due ones.
     pub promote: Arc<AtomicBool>,
-    pub running_count: Arc<AtomicUsize>,
+    /// Jobs being run, shared with the heartbeat.
+    pub running: RunningJobs,
     pub outcomes: UnboundedSender<OutcomeRow>,
     pub shutdown: watch::Receiver<bool>,
     pub grace: watch::Receiver<Duration>,
@@ -50,7 +52,6 @@ pub(crate) type Unfinished = Vec<(JobId, i32)>;
 impl Producer {
     pub(crate) async fn run(mut self) -> Unfinished {
         let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut running: HashMap<tokio::task::Id, (JobId, i32)> = HashMap::new();
         let mut maybe_work = true;
         self.promote.store(true, Ordering::Relaxed);
         let mut next_due: Option<Instant> = None;
@@ -60,7 +61,7 @@ impl Producer {
         while !*self.shutdown.borrow() {
             if error_wait.is_none() {
                 match self
-                    .fill_slots(&mut tasks, &mut running, &mut maybe_work, &mut next_due)
+                    .fill_slots(&mut tasks, &mut maybe_work, &mut next_due)
                     .await
                 {
                     Ok(()) => errors.reset(),
@@ -71,8 +72,6 @@ impl Producer {
                     }
                 }
             }
-            self.running_count.store(tasks.len(), Ordering::Relaxed);
-
             let safety = Instant::now() + self.safety_interval;
             let timer = [next_due, error_wait, Some(safety)]
                 .into_iter()
@@ -85,8 +84,7 @@ impl Producer {
                     // Collect every job that has finished, then claim for all free slots at once.
                     let mut joined = Some(joined);
                     while let Some(result) = joined {
-                        let id = match result { Ok((id, ())) => id, Err(e) => e.id() };
-                        running.remove(&id);
+                        self.finished(result);
                         joined = tasks.try_join_next_with_id();
                     }
                 }
@@ -104,7 +102,7 @@ impl Producer {
                 }
             }
         }
-        self.drain(tasks, running).await
+        self.drain(tasks).await
     }
 
     /// Promotes due jobs if asked to, then claims while slots are free and
@@ -112,7 +110,6 @@ impl Producer {
     async fn fill_slots(
         &mut self,
         tasks: &mut JoinSet<()>,
-        running: &mut HashMap<tokio::task::Id, (JobId, i32)>,
         maybe_work: &mut bool,
         next_due: &mut Option<Instant>,
     ) -> crate::Result<()> {
@@ -163,7 +160,7 @@ impl Producer {
                         self.default_timeout,
                         self.outcomes.clone(),
                     ));
-                    running.insert(abort.id(), key);
+                    self.lock_running().insert(abort.id(), key);
                 }
             }
             if want > 0 || asked == 0 {
@@ -174,26 +171,31 @@ impl Producer {
         Ok(())
     }
 
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, (JobId, i32)>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets an executor that ended (its outcome is with the completer).
+    fn finished(&self, joined: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        let id = match joined {
+            Ok((id, ())) => id,
+            Err(e) => e.id(),
+        };
+        self.lock_running().remove(&id);
+    }
+
     /// Stops claiming, waits up to the grace period for running jobs, aborts
     /// the rest and returns them.
-    async fn drain(
-        mut self,
-        mut tasks: JoinSet<()>,
-        mut running: HashMap<tokio::task::Id, (JobId, i32)>,
-    ) -> Unfinished {
+    async fn drain(mut self, mut tasks: JoinSet<()>) -> Unfinished {
         let deadline = Instant::now() + *self.grace.borrow_and_update();
         while !tasks.is_empty() {
             tokio::select! {
-                Some(joined) = tasks.join_next_with_id() => {
-                    let id = match joined { Ok((id, ())) => id, Err(e) => e.id() };
-                    running.remove(&id);
-                }
+                Some(joined) = tasks.join_next_with_id() => self.finished(joined),
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        let unfinished: Unfinished = running.into_values().collect();
         tasks.shutdown().await;
-        self.running_count.store(0, Ordering::Relaxed);
+        let unfinished: Unfinished = self.lock_running().drain().map(|(_, job)| job).collect();
         unfinished
     }
 }

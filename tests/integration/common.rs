@@ -57,14 +57,21 @@ impl Drop for TestDb {
         // test's runtime is blocked here (so its pool cannot be closed cleanly;
         // FORCE ends its connections instead).
         let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             rt.block_on(async move {
-                let Ok(admin) = PgConnectOptions::from_str(&base_url()) else { return };
+                let Ok(admin) = PgConnectOptions::from_str(&base_url()) else {
+                    return;
+                };
                 if let Ok(mut conn) = admin.connect().await {
                     let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await;
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await;
                 }
             });
         })

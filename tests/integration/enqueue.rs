@@ -39,7 +39,11 @@ async fn typed_json_and_sql_jobs_run_and_return_results() {
     let db = TestDb::new().await;
     let worker = echo_worker(&db.client).start().unwrap();
 
-    let typed = db.client.enqueue(Add::job(AddArgs { a: 2, b: 40 })).await.unwrap();
+    let typed = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 2, b: 40 }))
+        .await
+        .unwrap();
     let untyped = db
         .client
         .enqueue(NewJob::new("echo", json!({"x": 1})).header("tenant", json!("acme")))
@@ -56,7 +60,10 @@ async fn typed_json_and_sql_jobs_run_and_return_results() {
         untyped.wait(WAIT).await.unwrap(),
         json!({"args": {"x": 1}, "attempt": 1, "tenant": "acme"})
     );
-    assert_eq!(db.client.handle::<i64>(from_sql).wait(WAIT).await.unwrap(), 3);
+    assert_eq!(
+        db.client.handle::<i64>(from_sql).wait(WAIT).await.unwrap(),
+        3
+    );
 
     // Everything is in the table, queryable with SQL.
     let rows: Vec<(String, String, Value, i32)> = sqlx::query_as(
@@ -66,7 +73,10 @@ async fn typed_json_and_sql_jobs_run_and_return_results() {
     .await
     .unwrap();
     assert_eq!(rows.len(), 3);
-    assert!(rows.iter().all(|(_, state, _, attempt)| state == "success" && *attempt == 1));
+    assert!(
+        rows.iter()
+            .all(|(_, state, _, attempt)| state == "success" && *attempt == 1)
+    );
     let job = typed.job().await.unwrap();
     assert!(job.started_at.is_some() && job.finished_at.is_some());
     assert!(job.lease_expires_at.is_none() && job.worker_id.is_none());
@@ -79,31 +89,59 @@ async fn all_four_ways_share_the_same_defaults() {
     let c = &db.client;
     let a = c.enqueue(NewJob::new("t", json!({}))).await.unwrap().id();
     let mut tx = db.pool.begin().await.unwrap();
-    let b = c.enqueue_tx(&mut tx, NewJob::new("t", json!({}))).await.unwrap().id();
+    let b = c
+        .enqueue_tx(&mut tx, NewJob::new("t", json!({})))
+        .await
+        .unwrap()
+        .id();
     tx.commit().await.unwrap();
-    let d = c.enqueue_many(vec![NewJob::new("t", json!({}))]).await.unwrap()[0].id();
+    let d = c
+        .enqueue_many(vec![NewJob::new("t", json!({}))])
+        .await
+        .unwrap()[0]
+        .id();
     let e: uuid::Uuid = sqlx::query_scalar("SELECT conveyor.enqueue('t')")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    let rows: Vec<(String, String, i32, i32, f64, Option<f64>, Value, Value, i32)> =
-        sqlx::query_as(
-            "SELECT queue, state, priority, max_retries,
+    type Defaults = (
+        String,
+        String,
+        i32,
+        i32,
+        f64,
+        Option<f64>,
+        Value,
+        Value,
+        i32,
+    );
+    let rows: Vec<Defaults> = sqlx::query_as(
+        "SELECT queue, state, priority, max_retries,
                     extract(epoch FROM retry_backoff_base)::float8,
                     extract(epoch FROM timeout)::float8, headers, args, attempt
              FROM conveyor.jobs WHERE id = ANY($1)",
-        )
-        .bind(vec![a, b, d, e])
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
+    )
+    .bind(vec![a, b, d, e])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), 4);
     for row in &rows {
         assert_eq!(row, &rows[0], "defaults differ between enqueue paths");
     }
     assert_eq!(
         rows[0],
-        ("default".into(), "pending".into(), 0, 25, 1.0, None, json!({}), json!({}), 0)
+        (
+            "default".into(),
+            "pending".into(),
+            0,
+            25,
+            1.0,
+            None,
+            json!({}),
+            json!({}),
+            0
+        )
     );
     // Table defaults agree too (a hand-written INSERT).
     sqlx::query("INSERT INTO conveyor.jobs (task) VALUES ('t')")
@@ -127,18 +165,28 @@ async fn rollback_leaves_no_job_and_commit_wakes_an_idle_worker() {
         .unwrap();
     wait_for_listen(&db.pool, 1).await;
     // A first job proves the worker has done its start-up scan and gone idle.
-    let warmup = db.client.enqueue(Add::job(AddArgs { a: 0, b: 0 })).await.unwrap();
+    let warmup = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 0, b: 0 }))
+        .await
+        .unwrap();
     warmup.wait(WAIT).await.unwrap();
 
     let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (1)").execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let rolled_back = db
         .client
         .enqueue_tx(&mut tx, Add::job(AddArgs { a: 1, b: 1 }))
         .await
         .unwrap();
     tx.rollback().await.unwrap();
-    assert_eq!(count_jobs(&db.pool, &format!("id = '{}'", rolled_back.id())).await, 0);
+    assert_eq!(
+        count_jobs(&db.pool, &format!("id = '{}'", rolled_back.id())).await,
+        0
+    );
     assert_eq!(count_jobs(&db.pool, "true").await, 1);
 
     for n in 0..3 {
@@ -154,10 +202,16 @@ async fn rollback_leaves_no_job_and_commit_wakes_an_idle_worker() {
             .await
             .unwrap();
         // Invisible to workers until commit.
-        assert_eq!(count_jobs(&db.pool, &format!("id = '{}'", handle.id())).await, 0);
+        assert_eq!(
+            count_jobs(&db.pool, &format!("id = '{}'", handle.id())).await,
+            0
+        );
         tx.commit().await.unwrap();
         let started = std::time::Instant::now();
-        assert_eq!(handle.wait(Duration::from_secs(5)).await.unwrap(), i64::from(n) + 1);
+        assert_eq!(
+            handle.wait(Duration::from_secs(5)).await.unwrap(),
+            i64::from(n) + 1
+        );
         assert!(started.elapsed() < Duration::from_secs(5));
     }
     worker.shutdown(WAIT).await.unwrap();
@@ -166,7 +220,9 @@ async fn rollback_leaves_no_job_and_commit_wakes_an_idle_worker() {
 #[tokio::test]
 async fn bulk_enqueue_inserts_thousands_in_the_callers_transaction() {
     let db = TestDb::new().await;
-    let jobs: Vec<_> = (0..12_000).map(|i| Add::job(AddArgs { a: i, b: 1 })).collect();
+    let jobs: Vec<_> = (0..12_000)
+        .map(|i| Add::job(AddArgs { a: i, b: 1 }))
+        .collect();
     let mut tx = db.pool.begin().await.unwrap();
     let handles = db.client.enqueue_many_tx(&mut tx, jobs).await.unwrap();
     assert_eq!(handles.len(), 12_000);
@@ -174,7 +230,9 @@ async fn bulk_enqueue_inserts_thousands_in_the_callers_transaction() {
     tx.rollback().await.unwrap();
     assert_eq!(count_jobs(&db.pool, "true").await, 0);
 
-    let jobs: Vec<_> = (0..3_000).map(|i| Add::job(AddArgs { a: i, b: 1 })).collect();
+    let jobs: Vec<_> = (0..3_000)
+        .map(|i| Add::job(AddArgs { a: i, b: 1 }))
+        .collect();
     let handles = db.client.enqueue_many(jobs).await.unwrap();
     assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 3_000);
     let worker = echo_worker(&db.client).concurrency(50).start().unwrap();
@@ -245,7 +303,10 @@ async fn a_job_never_starts_before_its_run_at() {
             let (seen, client) = (seen.clone(), client.clone());
             async move {
                 let now = chrono::Utc::now();
-                let job = client.job(ctx.job_id()).await?.ok_or(TaskError::fail("gone"))?;
+                let job = client
+                    .job(ctx.job_id())
+                    .await?
+                    .ok_or(TaskError::fail("gone"))?;
                 seen.lock().unwrap().push((job.run_at, now));
                 Ok(Value::Null)
             }
@@ -258,7 +319,12 @@ async fn a_job_never_starts_before_its_run_at() {
         handles.push(db.client.enqueue(job).await.unwrap());
     }
     let at = chrono::Utc::now() + chrono::Duration::milliseconds(700);
-    handles.push(db.client.enqueue(NewJob::new("stamp", json!({})).run_at(at)).await.unwrap());
+    handles.push(
+        db.client
+            .enqueue(NewJob::new("stamp", json!({})).run_at(at))
+            .await
+            .unwrap(),
+    );
     assert_eq!(handles[10].state().await.unwrap(), JobState::Scheduled);
     for handle in &handles {
         handle.wait(WAIT).await.unwrap();
@@ -266,7 +332,10 @@ async fn a_job_never_starts_before_its_run_at() {
     let starts = starts.lock().unwrap().clone();
     assert_eq!(starts.len(), 11);
     for (run_at, started) in starts {
-        assert!(started >= run_at, "started {started} before run_at {run_at}");
+        assert!(
+            started >= run_at,
+            "started {started} before run_at {run_at}"
+        );
     }
     // The database agrees: no claim before run_at.
     assert_eq!(count_jobs(&db.pool, "started_at < run_at").await, 0);

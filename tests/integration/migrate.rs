@@ -45,14 +45,27 @@ async fn an_unmigrated_database_gives_a_clear_error() {
 #[tokio::test]
 async fn another_schema_works_side_by_side() {
     let db = TestDb::new().await;
-    conveyor::migrate_schema(&db.pool, "tenant_a").await.unwrap();
-    let tenant = Client::builder(db.pool.clone()).schema("tenant_a").build().unwrap();
-    assert!(Client::builder(db.pool.clone()).schema("Bad-Name").build().is_err());
+    conveyor::migrate_schema(&db.pool, "tenant_a")
+        .await
+        .unwrap();
+    let tenant = Client::builder(db.pool.clone())
+        .schema("tenant_a")
+        .build()
+        .unwrap();
+    assert!(
+        Client::builder(db.pool.clone())
+            .schema("Bad-Name")
+            .build()
+            .is_err()
+    );
     let worker = Worker::builder(&tenant)
         .register_fn("hello", |_, _| async move { Ok(json!("from tenant_a")) })
         .start()
         .unwrap();
-    let handle = tenant.enqueue(NewJob::new("hello", json!({}))).await.unwrap();
+    let handle = tenant
+        .enqueue(NewJob::new("hello", json!({})))
+        .await
+        .unwrap();
     assert_eq!(handle.wait(WAIT).await.unwrap(), json!("from tenant_a"));
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM tenant_a.jobs")
         .fetch_one(&db.pool)

@@ -23,7 +23,10 @@ async fn retries_follow_fibonacci_backoff() {
         .register_fn("flaky", move |ctx, _| {
             let (seen, client) = (seen.clone(), client.clone());
             async move {
-                let job = client.job(ctx.job_id()).await?.ok_or(TaskError::fail("gone"))?;
+                let job = client
+                    .job(ctx.job_id())
+                    .await?
+                    .ok_or(TaskError::fail("gone"))?;
                 seen.lock().unwrap().push(job);
                 Err::<Value, _>(TaskError::retry(format!("boom {}", ctx.attempt())))
             }
@@ -33,17 +36,27 @@ async fn retries_follow_fibonacci_backoff() {
     let base = Duration::from_millis(40);
     let handle = db
         .client
-        .enqueue(NewJob::new("flaky", json!({})).max_retries(6).retry_backoff_base(base))
+        .enqueue(
+            NewJob::new("flaky", json!({}))
+                .max_retries(6)
+                .retry_backoff_base(base),
+        )
         .await
         .unwrap();
     let err = handle.wait(WAIT).await.unwrap_err();
-    assert!(matches!(err, conveyor::Error::JobFailed { ref error, .. } if error == "boom 7"), "{err}");
+    assert!(
+        matches!(err, conveyor::Error::JobFailed { ref error, .. } if error == "boom 7"),
+        "{err}"
+    );
 
     let last = handle.job().await.unwrap();
     assert_eq!(last.state, JobState::Failure);
     assert_eq!(last.attempt, 7);
     assert_eq!(last.errors.len(), 7);
-    assert_eq!(last.errors.iter().map(|e| e.attempt).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(
+        last.errors.iter().map(|e| e.attempt).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6, 7]
+    );
     let rows = rows.lock().unwrap().clone();
     assert_eq!(rows.len(), 7);
     // Attempt k+1 was scheduled at (failure of attempt k) + fib(k) × base.
@@ -67,7 +80,10 @@ async fn retry_after_overrides_the_policy_and_fail_now_stops_it() {
     let worker = Worker::builder(&db.client)
         .register_fn("later", |ctx, _| async move {
             if ctx.attempt() == 1 {
-                Err(TaskError::retry_after(Duration::from_millis(300), "rate limited"))
+                Err(TaskError::retry_after(
+                    Duration::from_millis(300),
+                    "rate limited",
+                ))
             } else {
                 Ok(json!(ctx.attempt()))
             }
@@ -90,11 +106,18 @@ async fn retry_after_overrides_the_policy_and_fail_now_stops_it() {
     assert_eq!(job.errors[0].error, "rate limited");
     assert!(job.started_at.unwrap() - job.errors[0].at >= chrono::TimeDelta::milliseconds(300));
 
-    let hopeless = db.client.enqueue(NewJob::new("hopeless", json!({}))).await.unwrap();
+    let hopeless = db
+        .client
+        .enqueue(NewJob::new("hopeless", json!({})))
+        .await
+        .unwrap();
     let err = hopeless.wait(WAIT).await.unwrap_err();
     assert!(matches!(err, conveyor::Error::JobFailed { .. }));
     let job = hopeless.job().await.unwrap();
-    assert_eq!((job.state, job.attempt, job.max_retries), (JobState::Failure, 1, 25));
+    assert_eq!(
+        (job.state, job.attempt, job.max_retries),
+        (JobState::Failure, 1, 25)
+    );
     assert_eq!(job.last_error.as_deref(), Some("card declined"));
     worker.shutdown(WAIT).await.unwrap();
 }
@@ -132,12 +155,19 @@ async fn a_panic_is_recorded_and_retried_and_the_worker_keeps_running() {
     assert_eq!(job.attempt, 2);
     assert_eq!(job.errors.len(), 1);
     assert!(
-        job.errors[0].error.contains("panicked") && job.errors[0].error.contains("index out of bounds in attempt 1"),
+        job.errors[0].error.contains("panicked")
+            && job.errors[0]
+                .error
+                .contains("index out of bounds in attempt 1"),
         "{}",
         job.errors[0].error
     );
     // The same worker still serves other jobs.
-    let add = db.client.enqueue(Add::job(AddArgs { a: 1, b: 1 })).await.unwrap();
+    let add = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 1, b: 1 }))
+        .await
+        .unwrap();
     assert_eq!(add.wait(WAIT).await.unwrap(), 2);
     worker.shutdown(WAIT).await.unwrap();
 }
@@ -160,11 +190,21 @@ async fn undecodable_args_fail_at_once_naming_the_task_and_the_problem() {
         assert_eq!(job.state, JobState::Failure);
         assert_eq!(job.attempt, 1, "an args-decode error is not retried");
         let error = job.last_error.unwrap();
-        assert!(error.contains("task `add`") && error.contains("cannot decode args"), "{error}");
-        assert!(error.contains("invalid type") || error.contains("missing field `b`"), "{error}");
+        assert!(
+            error.contains("task `add`") && error.contains("cannot decode args"),
+            "{error}"
+        );
+        assert!(
+            error.contains("invalid type") || error.contains("missing field `b`"),
+            "{error}"
+        );
     }
     // The worker is still serving.
-    let good = db.client.enqueue(Add::job(AddArgs { a: 2, b: 2 })).await.unwrap();
+    let good = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 2, b: 2 }))
+        .await
+        .unwrap();
     assert_eq!(good.wait(WAIT).await.unwrap(), 4);
     worker.shutdown(WAIT).await.unwrap();
 }
@@ -193,6 +233,10 @@ async fn a_timed_out_attempt_fails_and_follows_the_retry_policy() {
     assert_eq!(handle.wait(WAIT).await.unwrap(), json!("done"));
     let job = handle.job().await.unwrap();
     assert_eq!(job.attempt, 2);
-    assert!(job.errors[0].error.contains("timed out"), "{}", job.errors[0].error);
+    assert!(
+        job.errors[0].error.contains("timed out"),
+        "{}",
+        job.errors[0].error
+    );
     worker.shutdown(WAIT).await.unwrap();
 }

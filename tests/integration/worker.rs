@@ -33,7 +33,9 @@ async fn five_workers_run_twenty_thousand_jobs_exactly_once() {
             .unwrap();
         workers.push(worker);
     }
-    let jobs = (0..JOBS).map(|i| NewJob::new("count", json!({ "i": i }))).collect();
+    let jobs = (0..JOBS)
+        .map(|i| NewJob::new("count", json!({ "i": i })))
+        .collect();
     let handles = db.client.enqueue_many(jobs).await.unwrap();
     eventually(Duration::from_secs(120), "20,000 jobs succeed", || async {
         (count_jobs(&db.pool, "state = 'success'").await == JOBS as i64).then_some(())
@@ -42,11 +44,14 @@ async fn five_workers_run_twenty_thousand_jobs_exactly_once() {
     for worker in workers {
         worker.shutdown(WAIT).await.unwrap();
     }
-    let runs = runs.lock().unwrap();
+    let runs = runs.lock().unwrap().clone();
     assert_eq!(runs.len(), JOBS, "every job ran");
     assert!(runs.values().all(|&n| n == 1), "no job ran twice");
     assert!(handles.iter().all(|h| runs.contains_key(&h.id())));
-    assert_eq!(count_jobs(&db.pool, "attempt = 1 AND state = 'success'").await, JOBS as i64);
+    assert_eq!(
+        count_jobs(&db.pool, "attempt = 1 AND state = 'success'").await,
+        JOBS as i64
+    );
 }
 
 #[tokio::test]
@@ -58,18 +63,34 @@ async fn a_worker_never_claims_tasks_it_has_no_handler_for() {
         .enqueue(NewJob::new("nobody_handles_this", json!({})))
         .await
         .unwrap();
-    let known = db.client.enqueue(Add::job(AddArgs { a: 1, b: 2 })).await.unwrap();
+    let known = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 1, b: 2 }))
+        .await
+        .unwrap();
     assert_eq!(known.wait(WAIT).await.unwrap(), 3);
     // Waiting on it times out; it was never touched.
-    let err = unknown.wait_job(Duration::from_millis(300)).await.unwrap_err();
-    assert!(matches!(err, conveyor::Error::WaitTimeout { state: JobState::Pending, .. }));
+    let err = unknown
+        .wait_job(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        conveyor::Error::WaitTimeout {
+            state: JobState::Pending,
+            ..
+        }
+    ));
     let job = unknown.job().await.unwrap();
     assert_eq!((job.state, job.attempt), (JobState::Pending, 0));
     worker.shutdown(WAIT).await.unwrap();
 
     // A worker that has the handler picks it up.
     let worker = Worker::builder(&db.client)
-        .register_fn("nobody_handles_this", |_, _| async move { Ok(json!("finally")) })
+        .register_fn(
+            "nobody_handles_this",
+            |_, _| async move { Ok(json!("finally")) },
+        )
         .start()
         .unwrap();
     assert_eq!(unknown.wait(WAIT).await.unwrap(), json!("finally"));
@@ -102,11 +123,24 @@ async fn shutdown_lets_jobs_finish_or_gives_them_back_without_spending_an_attemp
     let mut quick = Vec::new();
     let mut stuck = Vec::new();
     for _ in 0..2 {
-        quick.push(db.client.enqueue(NewJob::new("job", json!({"stuck": false}))).await.unwrap());
-        stuck.push(db.client.enqueue(NewJob::new("job", json!({"stuck": true}))).await.unwrap());
+        quick.push(
+            db.client
+                .enqueue(NewJob::new("job", json!({"stuck": false})))
+                .await
+                .unwrap(),
+        );
+        stuck.push(
+            db.client
+                .enqueue(NewJob::new("job", json!({"stuck": true})))
+                .await
+                .unwrap(),
+        );
     }
     // All four are running.
-    let _all = tokio::time::timeout(WAIT, started.acquire_many(4)).await.unwrap().unwrap();
+    let _all = tokio::time::timeout(WAIT, started.acquire_many(4))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 4);
 
     let shutdown = tokio::spawn(worker.shutdown(Duration::from_secs(2)));
@@ -121,7 +155,11 @@ async fn shutdown_lets_jobs_finish_or_gives_them_back_without_spending_an_attemp
     }
     for handle in &stuck {
         let job = handle.job().await.unwrap();
-        assert_eq!((job.state, job.attempt), (JobState::Pending, 0), "given back, attempt not spent");
+        assert_eq!(
+            (job.state, job.attempt),
+            (JobState::Pending, 0),
+            "given back, attempt not spent"
+        );
         assert!(job.worker_id.is_none() && job.lease_expires_at.is_none());
     }
     assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 0);
@@ -143,7 +181,11 @@ async fn leases_are_renewed_while_a_job_runs() {
         })
         .start()
         .unwrap();
-    let handle = db.client.enqueue(NewJob::new("long", json!({}))).await.unwrap();
+    let handle = db
+        .client
+        .enqueue(NewJob::new("long", json!({})))
+        .await
+        .unwrap();
     let first = eventually(WAIT, "job started", || async {
         let job = handle.job().await.ok()?;
         job.lease_expires_at
@@ -159,4 +201,82 @@ async fn leases_are_renewed_while_a_job_runs() {
     handle.wait(WAIT).await.unwrap();
     assert_eq!(handle.job().await.unwrap().attempt, 1);
     worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn jobs_whose_lease_expired_are_rescued_and_retried_or_failed() {
+    let db = TestDb::new().await;
+    // Two jobs a dead worker was running: one with retries left, one without.
+    let (retry_id, dead_id) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    sqlx::query(
+        "INSERT INTO conveyor.jobs (id, task, state, attempt, max_retries, lease_expires_at, worker_id, started_at)
+         VALUES ($1, 'echo', 'started', 1, 3, now() - interval '1 second', 'dead-worker', now() - interval '1 minute'),
+                ($2, 'echo', 'started', 2, 1, now() - interval '1 second', 'dead-worker', now() - interval '1 minute')",
+    )
+    .bind(retry_id)
+    .bind(dead_id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let worker = Worker::builder(&db.client)
+        .rescue_interval(Duration::from_millis(100))
+        .register_fn("echo", |ctx, _| async move { Ok(json!(ctx.attempt())) })
+        .start()
+        .unwrap();
+    let retried = db.client.handle::<Value>(retry_id);
+    assert_eq!(retried.wait(WAIT).await.unwrap(), json!(2));
+    let job = retried.job().await.unwrap();
+    assert_eq!(job.errors.len(), 1);
+    assert_eq!(job.errors[0].error, "lease expired");
+    assert_eq!(job.errors[0].worker_id.as_deref(), Some("dead-worker"));
+
+    let dead = db
+        .client
+        .handle::<Value>(dead_id)
+        .wait_job(WAIT)
+        .await
+        .unwrap();
+    assert_eq!((dead.state, dead.attempt), (JobState::Failure, 2));
+    assert_eq!(dead.last_error.as_deref(), Some("lease expired"));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_a_worker_stops_its_background_tasks() {
+    let db = TestDb::new().await;
+    let worker = Worker::builder(&db.client)
+        .lease(Duration::from_millis(600))
+        .register_fn("forever", |_, _| async move {
+            std::future::pending::<()>().await;
+            Ok(Value::Null)
+        })
+        .start()
+        .unwrap();
+    let handle = db
+        .client
+        .enqueue(NewJob::new("forever", json!({})))
+        .await
+        .unwrap();
+    eventually(WAIT, "job started", || async {
+        (handle.state().await.ok()? == JobState::Started).then_some(())
+    })
+    .await;
+    drop(worker);
+    // Nothing renews the lease any more: it lapses and stays lapsed.
+    eventually(WAIT, "lease lapses", || async {
+        let lease = handle.job().await.ok()?.lease_expires_at?;
+        (lease < chrono::Utc::now()).then_some(())
+    })
+    .await;
+    eventually(WAIT, "LISTEN session closed", || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .ok()?;
+        (n == 0).then_some(())
+    })
+    .await;
 }

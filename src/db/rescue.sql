@@ -1,0 +1,35 @@
+-- Recover jobs whose lease expired: their worker died, hung, or lost the
+-- database. The attempt that was running counts: with retries left the job is
+-- runnable again at once, otherwise it fails with "lease expired".
+WITH expired AS (
+    SELECT id FROM conveyor.jobs
+    WHERE state = 'started' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE conveyor.jobs j SET
+        state = CASE WHEN j.attempt <= j.max_retries THEN 'pending' ELSE 'failure' END,
+        last_error = 'lease expired',
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'at', now(), 'error', 'lease expired',
+            'worker_id', j.worker_id)),
+        run_at = CASE WHEN j.attempt <= j.max_retries THEN now() ELSE j.run_at END,
+        finished_at = CASE WHEN j.attempt <= j.max_retries THEN NULL ELSE now() END,
+        lease_expires_at = NULL,
+        worker_id = NULL
+    FROM expired
+    WHERE j.id = expired.id
+    RETURNING j.id, j.queue, j.state
+),
+woken AS (
+    SELECT pg_notify($2, json_build_object('queue', q.queue, 'scheduled', false)::text)
+    FROM (SELECT DISTINCT queue FROM rescued WHERE state = 'pending') AS q
+),
+finished AS (
+    SELECT pg_notify($3, string_agg(id::text, ',')) FROM rescued
+    WHERE state = 'failure' HAVING count(*) > 0
+)
+SELECT (SELECT count(*) FROM rescued) AS rescued,
+       (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications
