@@ -1,4 +1,41 @@
-#![doc = include_str!("../README.md")]
+//! Conveyor: a durable job queue for Rust that lives entirely in PostgreSQL.
+//!
+//! Jobs are rows in `conveyor.jobs`; workers claim them with
+//! `SELECT … FOR UPDATE SKIP LOCKED`, hold a lease while running them, and
+//! sleep on `LISTEN/NOTIFY` when idle. Enqueue inside your own sqlx
+//! transaction, await results, and query the history with SQL.
+//!
+//! | item | what for |
+//! | --- | --- |
+//! | [`migrate`] | create or upgrade the schema (idempotent, safe to race) |
+//! | [`Task`] | a typed task: name, args, output, handler, defaults |
+//! | [`Client`] | enqueue on a pool, in a transaction, in bulk; [`JobHandle`]s |
+//! | [`NewJob`] | a job to enqueue, with its options |
+//! | [`Worker`] | run handlers for claimed jobs; graceful shutdown |
+//! | [`TaskError`] | retry, retry after a delay, or fail now |
+//! | [`Job`], [`JobState`] | a row of `conveyor.jobs` and its state |
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use conveyor::{Client, NewJob, Worker};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/postgres").await?;
+//! conveyor::migrate(&pool).await?;
+//! let client = Client::new(pool);
+//! let worker = Worker::builder(&client)
+//!     .register_fn("double", |_ctx, args| async move {
+//!         Ok(serde_json::json!(args["n"].as_i64().unwrap_or(0) * 2))
+//!     })
+//!     .start()?;
+//! let handle = client.enqueue(NewJob::new("double", serde_json::json!({"n": 21}))).await?;
+//! assert_eq!(handle.wait(Duration::from_secs(10)).await?, serde_json::json!(42));
+//! worker.shutdown(Duration::from_secs(10)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The README documents the SQL interface (tables, states, `conveyor.enqueue`),
+//! the worker's behaviour and what happens on each kind of failure.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
