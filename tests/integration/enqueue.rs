@@ -341,3 +341,136 @@ async fn a_job_never_starts_before_its_run_at() {
     assert_eq!(count_jobs(&db.pool, "started_at < run_at").await, 0);
     worker.shutdown(WAIT).await.unwrap();
 }
+
+/// Notifications received on `conveyor.job_ready` until a sentinel sent
+/// after `work` commits arrives (notifications of committed transactions are
+/// delivered in commit order, so everything `work` sent comes before it).
+async fn job_ready_notifications<F: std::future::Future<Output = ()>>(
+    pool: &sqlx::PgPool,
+    work: F,
+) -> Vec<String> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool)
+        .await
+        .unwrap();
+    listener.listen("conveyor.job_ready").await.unwrap();
+    work.await;
+    sqlx::query("SELECT pg_notify('conveyor.job_ready', 'sentinel')")
+        .execute(pool)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let n = tokio::time::timeout(WAIT, listener.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if n.payload() == "sentinel" {
+            return seen;
+        }
+        seen.push(n.payload().to_string());
+    }
+}
+
+#[tokio::test]
+async fn enqueue_notifies_once_per_transaction_and_queue() {
+    let db = TestDb::new().await;
+    let c = db.client.clone();
+    let pool = db.pool.clone();
+    let seen = job_ready_notifications(&db.pool, async move {
+        // 50 single enqueues, a bulk enqueue and SQL enqueues, all in one transaction.
+        let mut tx = pool.begin().await.unwrap();
+        for i in 0..50 {
+            c.enqueue_tx(&mut tx, Add::job(AddArgs { a: i, b: 0 }))
+                .await
+                .unwrap();
+        }
+        let bulk = (0..500).map(|i| Add::job(AddArgs { a: i, b: 0 })).collect();
+        c.enqueue_many_tx(&mut tx, bulk).await.unwrap();
+        for _ in 0..20 {
+            sqlx::query("SELECT conveyor.enqueue('add', '{\"a\": 1, \"b\": 1}')")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        let other = (0..10)
+            .map(|i| Add::job(AddArgs { a: i, b: 0 }).queue("other"))
+            .collect();
+        c.enqueue_many_tx(&mut tx, other).await.unwrap();
+        tx.commit().await.unwrap();
+    })
+    .await;
+    let mut payloads: Vec<Value> = seen
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    payloads.sort_by_key(|p| p["queue"].as_str().unwrap_or_default().to_string());
+    assert_eq!(
+        payloads,
+        [
+            json!({"queue": "default", "scheduled": false}),
+            json!({"queue": "other", "scheduled": false})
+        ],
+        "one notification per queue for 580 jobs"
+    );
+    assert_eq!(count_jobs(&db.pool, "true").await, 580);
+
+    // A rolled-back transaction notifies nobody.
+    let (c, pool) = (db.client.clone(), db.pool.clone());
+    let seen = job_ready_notifications(&db.pool, async move {
+        let mut tx = pool.begin().await.unwrap();
+        c.enqueue_tx(&mut tx, Add::job(AddArgs { a: 1, b: 0 }))
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+    })
+    .await;
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+#[tokio::test]
+async fn claiming_reads_only_the_pending_index_whatever_the_history() {
+    let db = TestDb::new().await;
+    // 200,000 finished jobs and 50,000 future ones, 10 runnable.
+    sqlx::raw_sql(
+        "INSERT INTO conveyor.jobs (task, state, attempt, finished_at, result)
+         SELECT 'add', 'success', 1, now(), '1' FROM generate_series(1, 200000);
+         INSERT INTO conveyor.jobs (task, state, run_at)
+         SELECT 'add', 'scheduled', now() + interval '1 day' FROM generate_series(1, 50000);
+         INSERT INTO conveyor.jobs (task, args)
+         SELECT 'add', '{\"a\": 1, \"b\": 1}' FROM generate_series(1, 10);
+         ANALYZE conveyor.jobs;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // The claim's row selection (src/db/claim.sql).
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT)
+         SELECT id FROM conveyor.jobs
+         WHERE state = 'pending' AND queue = 'default' AND task = ANY('{add}') AND run_at <= now()
+         ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("jobs_claim_idx"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    // Touches a handful of pages, not the 250,000 other rows.
+    let buffers: u64 = plan
+        .lines()
+        .take_while(|l| !l.starts_with("Planning"))
+        .filter_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
+        .filter_map(|n| n.split_whitespace().next()?.parse().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(buffers < 100, "claim touched {buffers} pages:\n{plan}");
+    // And a worker claims exactly the runnable ten.
+    let worker = Worker::builder(&db.client).register(Add).start().unwrap();
+    eventually(WAIT, "runnable jobs done", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 200_010).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    assert_eq!(count_jobs(&db.pool, "state = 'scheduled'").await, 50_000);
+}
