@@ -57,6 +57,12 @@ pub struct NewJob<O = Value> {
     pub(crate) retry_backoff_base: Duration,
     pub(crate) timeout: Option<Duration>,
     pub(crate) headers: Map<String, Value>,
+    /// In a workflow: take the previous step's result as args (not immutable).
+    pub(crate) pass_result: bool,
+    pub(crate) on_success: Vec<Value>,
+    pub(crate) on_error: Vec<Value>,
+    /// Why a callback added to this job cannot be enqueued, reported at enqueue.
+    pub(crate) invalid: Option<String>,
     output: PhantomData<fn() -> O>,
 }
 
@@ -86,8 +92,25 @@ impl<O> NewJob<O> {
             retry_backoff_base: DEFAULT_RETRY_BACKOFF_BASE,
             timeout: None,
             headers: Map::new(),
+            pass_result: false,
+            on_success: Vec::new(),
+            on_error: Vec::new(),
+            invalid: None,
             output: PhantomData,
         }
+    }
+
+    /// A job of task `T` whose arguments will be the result it is given
+    /// (the previous chain step's, a chord's members', a success callback's job's).
+    pub(crate) fn piped<T: crate::Task>() -> NewJob<T::Output> {
+        let mut job = NewJob::with_args(T::NAME.to_string(), Ok(Value::Null))
+            .queue(T::QUEUE)
+            .max_retries(T::MAX_RETRIES);
+        if let Some(timeout) = T::TIMEOUT {
+            job = job.timeout(timeout);
+        }
+        job.pass_result = true;
+        job
     }
 
     /// Use this id instead of a new UUIDv7. If a job with this id exists,
@@ -155,11 +178,101 @@ impl<O> NewJob<O> {
             retry_backoff_base: self.retry_backoff_base,
             timeout: self.timeout,
             headers: self.headers,
+            pass_result: self.pass_result,
+            on_success: self.on_success,
+            on_error: self.on_error,
+            invalid: self.invalid,
             output: PhantomData,
         }
     }
 
+    /// When this job succeeds, enqueue a job of task `S` with its result as
+    /// arguments (machinery's OnSuccess), in the transaction that records the success.
+    pub fn on_success<S: crate::Task<Args = O>>(self) -> Self {
+        self.on_success_job(NewJob::<S::Output>::piped::<S>())
+    }
+
+    /// When this job succeeds, enqueue `job` with its own arguments (an
+    /// immutable success callback).
+    pub fn on_success_job<P>(mut self, job: NewJob<P>) -> Self {
+        match job.callback_spec(false) {
+            Ok(spec) => self.on_success.push(spec),
+            Err(e) => self.invalid = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// When this job fails for good, enqueue a job of task `E`, which gets a
+    /// [`crate::JobFailure`]: the error message first, then the failed job's id
+    /// and task (machinery's OnError).
+    pub fn on_error<E: crate::Task<Args = crate::JobFailure>>(self) -> Self {
+        self.on_error_job(NewJob::<E::Output>::piped::<E>())
+    }
+
+    /// When this job fails for good, enqueue `job`; its arguments become a
+    /// [`crate::JobFailure`] whose `args` field holds the ones given here.
+    pub fn on_error_job<P>(mut self, job: NewJob<P>) -> Self {
+        match job.callback_spec(true) {
+            Ok(spec) => self.on_error.push(spec),
+            Err(e) => self.invalid = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// The spec of this job as a callback; `pass_result` makes it receive
+    /// the result (success callbacks) or a `JobFailure` (error callbacks).
+    pub(crate) fn callback_spec(mut self, pass_result: bool) -> Result<Value> {
+        self.check()?;
+        self.pass_result |= pass_result;
+        let id = self.id.unwrap_or_else(uuid::Uuid::now_v7);
+        Ok(self.spec_with_id(id, None, None))
+    }
+
+    pub(crate) fn spec_with_id(
+        &self,
+        id: JobId,
+        workflow_id: Option<uuid::Uuid>,
+        index: Option<i32>,
+    ) -> Value {
+        serde_json::json!({
+            "kind": "job",
+            "id": id,
+            "task": self.task,
+            "args": self.args.as_ref().ok(),
+            "pass_result": self.pass_result,
+            "queue": self.queue,
+            "priority": self.priority,
+            "run_at": self.run_at,
+            "delay_secs": self.delay.map(|d| d.as_secs_f64()),
+            "max_retries": self.max_retries,
+            "retry_backoff_base_secs": self.retry_backoff_base.as_secs_f64(),
+            "timeout_secs": self.timeout.map(|d| d.as_secs_f64()),
+            "headers": self.headers,
+            "workflow_id": workflow_id,
+            "workflow_index": index,
+            "on_success": self.on_success,
+            "on_error": self.on_error,
+        })
+    }
+
+    /// Fails if the arguments (or a callback's) could not be serialised.
+    pub(crate) fn check(&self) -> Result<()> {
+        if let Err(e) = &self.args {
+            return Err(Error::InvalidJob(format!(
+                "task `{}`: cannot serialise args: {e}",
+                self.task
+            )));
+        }
+        match &self.invalid {
+            Some(why) => Err(Error::InvalidJob(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     fn into_row(self) -> Result<InsertRow> {
+        if let Some(why) = self.invalid {
+            return Err(Error::InvalidJob(why));
+        }
         let task = self.task;
         let args = self.args.map_err(|source| Error::Json {
             task: task.clone(),
@@ -179,6 +292,8 @@ impl<O> NewJob<O> {
             max_retries,
             backoff_base_secs: self.retry_backoff_base.as_secs_f64(),
             timeout_secs: self.timeout.map(|d| d.as_secs_f64()),
+            on_success: (!self.on_success.is_empty()).then_some(Value::Array(self.on_success)),
+            on_error: (!self.on_error.is_empty()).then_some(Value::Array(self.on_error)),
         })
     }
 }
@@ -336,6 +451,30 @@ impl Client {
             }
         }
         Ok(handles)
+    }
+
+    /// Enqueues a [`crate::Chain`], [`crate::Group`] or [`crate::Chord`]
+    /// atomically: its first jobs and its `conveyor.workflows` rows commit
+    /// together, in their own transaction.
+    pub async fn enqueue_workflow<W: crate::Workflow>(&self, workflow: W) -> Result<W::Handle> {
+        use sqlx::Connection;
+        let mut conn = self.inner.pool.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let handle = self.enqueue_workflow_tx(&mut tx, workflow).await?;
+        tx.commit().await?;
+        Ok(handle)
+    }
+
+    /// Enqueues a workflow on `conn`, typically the caller's transaction: on
+    /// rollback it leaves no rows at all.
+    pub async fn enqueue_workflow_tx<W: crate::Workflow>(
+        &self,
+        conn: &mut PgConnection,
+        workflow: W,
+    ) -> Result<W::Handle> {
+        let (spec, handle) = workflow.build(self)?;
+        db::spawn(conn, self.inner.queries, &spec).await?;
+        Ok(handle)
     }
 
     /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the

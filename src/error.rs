@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::job::{JobId, JobState};
+use crate::job::JobId;
 
 /// Everything that can go wrong when talking to Conveyor.
 ///
@@ -27,16 +27,19 @@ pub enum Error {
         /// What serde said.
         source: serde_json::Error,
     },
+    /// A job or workflow cannot be enqueued as built (e.g. arguments that do
+    /// not serialise, an empty group).
+    InvalidJob(String),
     /// A configuration value is not acceptable.
     Config(String),
     /// No job has this id.
     NotFound(JobId),
-    /// [`crate::JobHandle::wait`] gave up before the job finished.
+    /// A handle's `wait` gave up before the job or workflow finished.
     WaitTimeout {
-        /// The job waited on.
+        /// The job or workflow waited on.
         id: JobId,
-        /// Its state when the wait ended.
-        state: JobState,
+        /// Its state when the wait ended (`pending`, `running`…).
+        state: String,
         /// How long the wait lasted.
         waited: Duration,
     },
@@ -64,6 +67,7 @@ impl std::fmt::Display for Error {
                 "the Conveyor schema is missing ({message}): run conveyor::migrate first"
             ),
             Error::Json { task, source } => write!(f, "task `{task}`: JSON error: {source}"),
+            Error::InvalidJob(e) => write!(f, "invalid job: {e}"),
             Error::Config(e) => write!(f, "invalid configuration: {e}"),
             Error::NotFound(id) => write!(f, "no job with id {id}"),
             Error::WaitTimeout { id, state, waited } => write!(

@@ -85,35 +85,58 @@ impl<O> JobHandle<O> {
     /// row; gives up with [`Error::WaitTimeout`] after `timeout`. Woken by
     /// LISTEN/NOTIFY, not by polling.
     pub async fn wait_job(&self, timeout: Duration) -> Result<Job> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let inner = &self.client.inner;
-        let subscription = inner.waiters.subscribe(self.id, deadline).await;
-        loop {
-            let notified = subscription.as_ref().map(|s| s.notify.notified());
-            tokio::pin!(notified);
-            if let Some(notified) = notified.as_mut().as_pin_mut() {
-                notified.enable();
-            }
+        wait_until(&self.client, self.id, timeout, || async {
             let job = self.job().await?;
-            if job.state.is_final() {
-                return Ok(job);
+            Ok(if job.state.is_final() {
+                Ok(job)
+            } else {
+                Err(job.state.to_string())
+            })
+        })
+        .await
+    }
+}
+
+/// Re-reads with `check` whenever a `job_finished` notification names `id`
+/// (or the listener reconnects), until it says the thing is final
+/// (`Ok(Ok(value))`) or `timeout` passes. `Ok(Err(state))` means "not yet".
+pub(crate) async fn wait_until<T, F, Fut>(
+    client: &Client,
+    id: JobId,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<std::result::Result<T, String>>>,
+{
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let subscription = client.inner.waiters.subscribe(id, deadline).await;
+    loop {
+        let notified = subscription.as_ref().map(|s| s.notify.notified());
+        tokio::pin!(notified);
+        if let Some(notified) = notified.as_mut().as_pin_mut() {
+            notified.enable();
+        }
+        let state = match check().await? {
+            Ok(done) => return Ok(done),
+            Err(state) => state,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::WaitTimeout {
+                id,
+                state,
+                waited: now - started,
+            });
+        }
+        let recheck = deadline.min(now + WAIT_RECHECK);
+        match notified.as_mut().as_pin_mut() {
+            Some(notified) => {
+                let _ = tokio::time::timeout_at(recheck, notified).await;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::WaitTimeout {
-                    id: self.id,
-                    state: job.state,
-                    waited: now - started,
-                });
-            }
-            let recheck = deadline.min(now + WAIT_RECHECK);
-            match notified.as_mut().as_pin_mut() {
-                Some(notified) => {
-                    let _ = tokio::time::timeout_at(recheck, notified).await;
-                }
-                None => tokio::time::sleep_until(recheck).await,
-            }
+            None => tokio::time::sleep_until(recheck).await,
         }
     }
 }

@@ -160,6 +160,21 @@ pub struct Job {
     pub started_at: Option<DateTime<Utc>>,
     /// When it reached a final state.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The chain, group or chord it belongs to.
+    pub workflow_id: Option<uuid::Uuid>,
+    /// Its position there (member or step index; `None` for a chord callback).
+    pub workflow_index: Option<i32>,
+    /// Specs of what it enqueues when it succeeds (next step, callbacks).
+    pub on_success: Option<Value>,
+    /// Specs of what it enqueues when it fails for good (error callbacks).
+    pub on_error: Option<Value>,
+}
+
+impl Job {
+    /// Whether its final outcome has follow-up work (workflow or callbacks).
+    pub(crate) fn has_follow_up(&self) -> bool {
+        self.workflow_id.is_some() || self.on_success.is_some() || self.on_error.is_some()
+    }
 }
 
 fn secs(value: Option<f64>) -> Option<Duration> {
@@ -203,6 +218,10 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
             created_at: row.try_get("created_at")?,
             started_at: row.try_get("started_at")?,
             finished_at: row.try_get("finished_at")?,
+            workflow_id: row.try_get("workflow_id")?,
+            workflow_index: row.try_get("workflow_index")?,
+            on_success: row.try_get("on_success")?,
+            on_error: row.try_get("on_error")?,
         })
     }
 }

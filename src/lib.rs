@@ -50,6 +50,7 @@ mod notify;
 mod retry;
 mod task;
 mod worker;
+mod workflow;
 
 pub use client::{
     BULK_CHUNK, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
@@ -64,4 +65,8 @@ pub use task::{Failure, Task, TaskContext, TaskError};
 pub use worker::{
     DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ShutdownReport, Worker,
     WorkerBuilder, WorkerHandle,
+};
+pub use workflow::{
+    Chain, Chord, Group, GroupHandle, JobFailure, PipedJob, Workflow, WorkflowHandle, WorkflowRun,
+    WorkflowState,
 };

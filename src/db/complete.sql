@@ -2,6 +2,8 @@
 -- fenced on (id, attempt, state = 'started'): a worker whose lease was lost
 -- cannot overwrite a newer attempt. Finished jobs are announced with one
 -- notification listing their ids; retries wake idle workers of their queue.
+-- Jobs that have follow-up work (workflow, callbacks) are returned so the
+-- caller can run conveyor.after_finish() in the same transaction.
 WITH outcome AS (
     SELECT *
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
@@ -28,7 +30,8 @@ updated AS (
         worker_id = NULL
     FROM outcome o
     WHERE j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'
-    RETURNING j.id, j.queue, j.state
+    RETURNING j.id, j.queue, j.state,
+              (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),
 finished AS (
     SELECT pg_notify($7, string_agg(id::text, ',')) FROM updated
@@ -39,4 +42,6 @@ retrying AS (
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'retry') AS q
 )
 SELECT (SELECT count(*) FROM updated) AS updated,
+       -- Finished jobs of workflows or with callbacks: conveyor.after_finish() takes them next.
+       (SELECT coalesce(array_agg(id), '{}') FROM updated WHERE follow_up AND state <> 'retry') AS follow_ups,
        (SELECT count(*) FROM finished) + (SELECT count(*) FROM retrying) AS notifications

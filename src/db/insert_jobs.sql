@@ -6,10 +6,10 @@ WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[],
                 $6::int[], $7::timestamptz[], $8::float8[], $9::int[],
-                $10::float8[], $11::float8[])
+                $10::float8[], $11::float8[], $12::jsonb[], $13::jsonb[])
          WITH ORDINALITY
          AS t(id, queue, task, args, headers, priority, run_at, delay_secs,
-              max_retries, backoff_base_secs, timeout_secs, ord)
+              max_retries, backoff_base_secs, timeout_secs, on_success, on_error, ord)
 ),
 prepared AS (
     SELECT i.*, coalesce(i.run_at,
@@ -19,12 +19,13 @@ prepared AS (
 inserted AS (
     INSERT INTO conveyor.jobs
         (id, queue, task, args, headers, state, priority, run_at,
-         max_retries, retry_backoff_base, timeout)
+         max_retries, retry_backoff_base, timeout, on_success, on_error)
     SELECT id, queue, task, args, headers,
            CASE WHEN due > statement_timestamp() THEN 'scheduled' ELSE 'pending' END,
            priority, due, max_retries,
            make_interval(secs => backoff_base_secs),
-           CASE WHEN timeout_secs IS NOT NULL THEN make_interval(secs => timeout_secs) END
+           CASE WHEN timeout_secs IS NOT NULL THEN make_interval(secs => timeout_secs) END,
+           on_success, on_error
     FROM prepared
     ORDER BY ord
     ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING

@@ -36,6 +36,10 @@ pub(crate) struct Queries {
     heartbeat: &'static str,
     release: &'static str,
     rescue: &'static str,
+    after_finish: &'static str,
+    spawn: &'static str,
+    fetch_workflow: &'static str,
+    workflow_results: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -96,6 +100,10 @@ impl Queries {
             heartbeat: load(include_str!("heartbeat.sql")),
             release: load(include_str!("release.sql")),
             rescue: load(include_str!("rescue.sql")),
+            after_finish: load(include_str!("after_finish.sql")),
+            spawn: load(include_str!("spawn.sql")),
+            fetch_workflow: load(include_str!("fetch_workflow.sql")),
+            workflow_results: load(include_str!("workflow_results.sql")),
             create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
@@ -123,6 +131,8 @@ pub(crate) struct InsertRow {
     pub max_retries: i32,
     pub backoff_base_secs: f64,
     pub timeout_secs: Option<f64>,
+    pub on_success: Option<Value>,
+    pub on_error: Option<Value>,
 }
 
 /// What the insert statement says of each job, in input order.
@@ -159,6 +169,8 @@ pub(crate) async fn insert_jobs(
     let mut max_retries = Vec::with_capacity(rows.len());
     let mut bases = Vec::with_capacity(rows.len());
     let mut timeouts = Vec::with_capacity(rows.len());
+    let mut on_success = Vec::with_capacity(rows.len());
+    let mut on_error = Vec::with_capacity(rows.len());
     for row in rows {
         ids.push(row.id);
         queues.push(row.queue.as_str());
@@ -171,6 +183,8 @@ pub(crate) async fn insert_jobs(
         max_retries.push(row.max_retries);
         bases.push(row.backoff_base_secs);
         timeouts.push(row.timeout_secs);
+        on_success.push(row.on_success.as_ref());
+        on_error.push(row.on_error.as_ref());
     }
     let found = sqlx::query(q.insert_jobs)
         .bind(&ids)
@@ -184,6 +198,8 @@ pub(crate) async fn insert_jobs(
         .bind(&max_retries)
         .bind(&bases)
         .bind(&timeouts)
+        .bind(&on_success)
+        .bind(&on_error)
         .fetch_all(&mut *conn)
         .await?;
     let mut out = Vec::with_capacity(found.len());
@@ -286,14 +302,18 @@ pub(crate) struct OutcomeRow {
     pub result: Option<Value>,
     pub error: Option<String>,
     pub retry_in_secs: Option<f64>,
+    /// The job belongs to a workflow or has callbacks: its final outcome
+    /// needs `conveyor.after_finish()`.
+    pub follow_up: bool,
 }
 
-/// Writes a batch of outcomes; returns how many rows were still held by their attempt.
+/// Writes a batch of outcomes; returns how many rows were still held by
+/// their attempt, and the finished ones that need [`after_finish`].
 pub(crate) async fn complete<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     outcomes: &[OutcomeRow],
-) -> Result<i64> {
+) -> Result<(i64, Vec<JobId>)> {
     let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
     let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
     let states: Vec<&str> = outcomes.iter().map(|o| o.state.as_str()).collect();
@@ -311,7 +331,53 @@ pub(crate) async fn complete<'e>(
         .bind(q.job_ready_channel)
         .fetch_one(exec)
         .await?;
-    Ok(row.try_get("updated")?)
+    Ok((row.try_get("updated")?, row.try_get("follow_ups")?))
+}
+
+/// Enqueues follow-ups and updates workflow counters for `finished` jobs
+/// (in the transaction that recorded their outcomes).
+pub(crate) async fn after_finish(
+    conn: &mut PgConnection,
+    q: &Queries,
+    finished: &[JobId],
+) -> Result<()> {
+    if finished.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(q.after_finish)
+        .bind(finished)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Materialises a workflow spec.
+pub(crate) async fn spawn(conn: &mut PgConnection, q: &Queries, spec: &Value) -> Result<()> {
+    sqlx::query(q.spawn).bind(spec).execute(&mut *conn).await?;
+    Ok(())
+}
+
+pub(crate) async fn fetch_workflow<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: uuid::Uuid,
+) -> Result<Option<crate::workflow::WorkflowRun>> {
+    Ok(sqlx::query_as(q.fetch_workflow)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?)
+}
+
+/// Member results of a group or chord, in member order.
+pub(crate) async fn workflow_results<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: uuid::Uuid,
+) -> Result<Vec<Value>> {
+    Ok(sqlx::query_scalar(q.workflow_results)
+        .bind(id)
+        .fetch_all(exec)
+        .await?)
 }
 
 /// Extends the leases of running jobs (id, attempt); returns how many were still held.
@@ -353,6 +419,8 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
         .bind(q.job_finished_channel)
         .fetch_one(&mut *tx)
         .await?;
+    let follow_ups: Vec<JobId> = row.try_get("follow_ups")?;
+    after_finish(&mut tx, q, &follow_ups).await?;
     tx.commit().await?;
     Ok(Some(row.try_get("rescued")?))
 }

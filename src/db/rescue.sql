@@ -21,7 +21,8 @@ rescued AS (
         worker_id = NULL
     FROM expired
     WHERE j.id = expired.id
-    RETURNING j.id, j.queue, j.state
+    RETURNING j.id, j.queue, j.state,
+              (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),
 woken AS (
     SELECT pg_notify($2, json_build_object('queue', q.queue, 'scheduled', false)::text)
@@ -32,4 +33,5 @@ finished AS (
     WHERE state = 'failure' HAVING count(*) > 0
 )
 SELECT (SELECT count(*) FROM rescued) AS rescued,
+       (SELECT coalesce(array_agg(id), '{}') FROM rescued WHERE follow_up AND state = 'failure') AS follow_ups,
        (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications

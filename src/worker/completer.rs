@@ -35,11 +35,10 @@ async fn write(client: &Client, batch: &[OutcomeRow], give_up_after: Duration) {
         max_elapsed_time: Some(give_up_after),
         ..ExponentialBackoff::default()
     };
-    let inner = &client.inner;
     let written = backoff::future::retry_notify(
         policy,
         || async {
-            db::complete(&inner.pool, inner.queries, batch)
+            write_once(client, batch)
                 .await
                 .map_err(backoff::Error::transient)
         },
@@ -58,4 +57,19 @@ async fn write(client: &Client, batch: &[OutcomeRow], give_up_after: Duration) {
             "conveyor: gave up recording outcomes; the jobs will be retried when their leases expire"
         ),
     }
+}
+
+/// One attempt at writing a batch. Plain jobs: one statement. Jobs with
+/// follow-ups: the same statement plus `conveyor.after_finish()`, in one
+/// transaction, so next steps and callbacks exist exactly when the outcome does.
+async fn write_once(client: &Client, batch: &[OutcomeRow]) -> crate::Result<i64> {
+    let inner = &client.inner;
+    if !batch.iter().any(|o| o.follow_up) {
+        return Ok(db::complete(&inner.pool, inner.queries, batch).await?.0);
+    }
+    let mut tx = inner.pool.begin().await?;
+    let (updated, follow_ups) = db::complete(&mut *tx, inner.queries, batch).await?;
+    db::after_finish(&mut tx, inner.queries, &follow_ups).await?;
+    tx.commit().await?;
+    Ok(updated)
 }

@@ -91,6 +91,7 @@ pub(crate) fn outcome_of(job: &Job, result: Result<serde_json::Value, TaskError>
         result: None,
         error: None,
         retry_in_secs: None,
+        follow_up: job.has_follow_up(),
     };
     let error = match result {
         Ok(value) => {

@@ -6,3 +6,4 @@ mod enqueue;
 mod migrate;
 mod retries;
 mod worker;
+mod workflows;

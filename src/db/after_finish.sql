@@ -1,0 +1,1 @@
+SELECT conveyor.after_finish($1::uuid[])
