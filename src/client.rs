@@ -477,6 +477,35 @@ impl Client {
         Ok(handle)
     }
 
+    /// Cancels a job and returns its state afterwards. A job that has not
+    /// started becomes `cancelled` at once and never runs. A running job is
+    /// marked and its worker is told (NOTIFY, or its next heartbeat): the
+    /// handler sees [`crate::TaskContext::cancelled`], gets the worker's
+    /// cancel grace period, and the job ends `cancelled`; this returns
+    /// `started` meanwhile. A finished job is left as it is.
+    pub async fn cancel(&self, id: JobId) -> Result<crate::JobState> {
+        let mut conn = self.inner.pool.acquire().await?;
+        self.cancel_tx(&mut conn, id).await
+    }
+
+    /// [`Client::cancel`] on `conn` (e.g. the caller's transaction: the
+    /// cancellation then takes effect at commit).
+    pub async fn cancel_tx(&self, conn: &mut PgConnection, id: JobId) -> Result<crate::JobState> {
+        db::cancel(conn, self.inner.queries, id)
+            .await?
+            .ok_or(Error::NotFound(id))
+    }
+
+    /// Puts failed or cancelled jobs (the dead letter) back to `pending` with
+    /// their attempt count reset; their error history is kept. Ids of jobs in
+    /// other states are ignored. Returns how many were re-queued. To re-queue
+    /// by a SQL filter: `SELECT conveyor.requeue(ARRAY(SELECT id FROM
+    /// conveyor.jobs WHERE …))`.
+    pub async fn requeue(&self, ids: &[JobId]) -> Result<u64> {
+        let n = db::requeue(&self.inner.pool, self.inner.queries, ids).await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the
     /// expected output type.
     pub fn handle<O>(&self, id: JobId) -> JobHandle<O> {

@@ -20,7 +20,7 @@ use crate::job::JobId;
 /// What a listener reports.
 pub(crate) enum ListenEvent<'a> {
     /// A notification arrived.
-    Notification { payload: &'a str },
+    Notification { channel: &'a str, payload: &'a str },
     /// Listening (re)started: notifications sent while it was down are lost,
     /// so whoever relies on them should look at the database again.
     Gap,
@@ -83,6 +83,7 @@ pub(crate) fn spawn_listener(
                     Ok(Some(notification)) => {
                         backoff.reset();
                         on_event(ListenEvent::Notification {
+                            channel: notification.channel(),
                             payload: notification.payload(),
                         });
                     }

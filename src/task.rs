@@ -84,6 +84,7 @@ pub struct TaskContext {
     pub(crate) max_retries: u32,
     pub(crate) headers: Value,
     pub(crate) worker_id: String,
+    pub(crate) cancel: tokio_util::sync::CancellationToken,
 }
 
 impl TaskContext {
@@ -122,6 +123,17 @@ impl TaskContext {
     /// The id of the worker running the job.
     pub fn worker_id(&self) -> &str {
         &self.worker_id
+    }
+    /// Whether cancellation of this job was asked for (see [`crate::Client::cancel`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+    /// Resolves when cancellation is asked for: select on it in long
+    /// handlers to stop early. A handler that does not stop is aborted after
+    /// the worker's cancel grace period; either way the job ends `cancelled`
+    /// (unless the handler returns `Ok` within the grace period).
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
     }
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct Queries {
     pub job_ready_channel: &'static str,
     /// Channel on which outcomes announce finished jobs: payload = ids, comma-separated.
     pub job_finished_channel: &'static str,
+    /// Channel telling workers to cancel a running job: payload = its id.
+    pub job_cancel_channel: &'static str,
     insert_jobs: &'static str,
     fetch_job: &'static str,
     fetch_state: &'static str,
@@ -40,6 +42,8 @@ pub(crate) struct Queries {
     spawn: &'static str,
     fetch_workflow: &'static str,
     workflow_results: &'static str,
+    cancel: &'static str,
+    requeue: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -91,6 +95,7 @@ impl Queries {
             schema: leak(schema.to_string()),
             job_ready_channel: leak(format!("{schema}.job_ready")),
             job_finished_channel: leak(format!("{schema}.job_finished")),
+            job_cancel_channel: leak(format!("{schema}.job_cancel")),
             insert_jobs: load(include_str!("insert_jobs.sql")),
             fetch_job: load(include_str!("fetch_job.sql")),
             fetch_state: load(include_str!("fetch_state.sql")),
@@ -104,6 +109,8 @@ impl Queries {
             spawn: load(include_str!("spawn.sql")),
             fetch_workflow: load(include_str!("fetch_workflow.sql")),
             workflow_results: load(include_str!("workflow_results.sql")),
+            cancel: load(include_str!("cancel.sql")),
+            requeue: load(include_str!("requeue.sql")),
             create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
@@ -380,22 +387,54 @@ pub(crate) async fn workflow_results<'e>(
         .await?)
 }
 
-/// Extends the leases of running jobs (id, attempt); returns how many were still held.
+/// Extends the leases of running jobs (id, attempt); returns the ids of
+/// those whose cancellation was asked for.
 pub(crate) async fn heartbeat<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     jobs: &[(JobId, i32)],
     lease_secs: f64,
-) -> Result<u64> {
+) -> Result<Vec<JobId>> {
     let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
-    Ok(sqlx::query(q.heartbeat)
+    let rows = sqlx::query(q.heartbeat)
         .bind(&ids)
         .bind(&attempts)
         .bind(lease_secs)
-        .execute(exec)
-        .await?
-        .rows_affected())
+        .fetch_all(exec)
+        .await?;
+    let mut cancelled = Vec::new();
+    for row in rows {
+        if row.try_get::<bool, _>("cancel")? {
+            cancelled.push(row.try_get("id")?);
+        }
+    }
+    Ok(cancelled)
+}
+
+/// Cancels a job (see `conveyor.cancel`); returns its state afterwards.
+pub(crate) async fn cancel(
+    conn: &mut PgConnection,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<JobState>> {
+    let state: Option<String> = sqlx::query_scalar(q.cancel)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    state.as_deref().map(parse_state).transpose()
+}
+
+/// Re-queues failed or cancelled jobs; returns how many.
+pub(crate) async fn requeue<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    ids: &[JobId],
+) -> Result<i32> {
+    Ok(sqlx::query_scalar(q.requeue)
+        .bind(ids)
+        .fetch_one(exec)
+        .await?)
 }
 
 /// Recovers up to `limit` jobs whose lease expired, if no other process is

@@ -1,6 +1,7 @@
 -- Recover jobs whose lease expired: their worker died, hung, or lost the
 -- database. The attempt that was running counts: with retries left the job is
--- runnable again at once, otherwise it fails with "lease expired".
+-- runnable again at once, otherwise it fails with "lease expired". A job whose
+-- cancellation was asked for ends cancelled.
 WITH expired AS (
     SELECT id FROM conveyor.jobs
     WHERE state = 'started' AND lease_expires_at < now()
@@ -10,13 +11,16 @@ WITH expired AS (
 ),
 rescued AS (
     UPDATE conveyor.jobs j SET
-        state = CASE WHEN j.attempt <= j.max_retries THEN 'pending' ELSE 'failure' END,
+        state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                     WHEN j.attempt <= j.max_retries THEN 'pending'
+                     ELSE 'failure' END,
         last_error = 'lease expired',
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'at', now(), 'error', 'lease expired',
             'worker_id', j.worker_id)),
         run_at = CASE WHEN j.attempt <= j.max_retries THEN now() ELSE j.run_at END,
-        finished_at = CASE WHEN j.attempt <= j.max_retries THEN NULL ELSE now() END,
+        finished_at = CASE WHEN j.attempt <= j.max_retries AND j.cancel_requested_at IS NULL
+                           THEN NULL ELSE now() END,
         lease_expires_at = NULL,
         worker_id = NULL
     FROM expired
@@ -30,8 +34,8 @@ woken AS (
 ),
 finished AS (
     SELECT pg_notify($3, string_agg(id::text, ',')) FROM rescued
-    WHERE state = 'failure' HAVING count(*) > 0
+    WHERE state <> 'pending' HAVING count(*) > 0
 )
 SELECT (SELECT count(*) FROM rescued) AS rescued,
-       (SELECT coalesce(array_agg(id), '{}') FROM rescued WHERE follow_up AND state = 'failure') AS follow_ups,
+       (SELECT coalesce(array_agg(id), '{}') FROM rescued WHERE follow_up AND state <> 'pending') AS follow_ups,
        (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::db::OutcomeRow;
@@ -24,11 +25,24 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Per-job settings the worker passes down.
+pub(crate) struct Limits {
+    pub worker_id: Arc<str>,
+    pub default_timeout: Option<Duration>,
+    pub cancel_grace: Duration,
+    pub cancel: CancellationToken,
+}
+
+enum Ended {
+    Joined(Result<Result<serde_json::Value, TaskError>, tokio::task::JoinError>),
+    TimedOut(Duration),
+    Cancelled,
+}
+
 pub(crate) async fn execute(
     job: Job,
     handler: Arc<dyn Handler>,
-    worker_id: Arc<str>,
-    default_timeout: Option<Duration>,
+    limits: Limits,
     outcomes: UnboundedSender<OutcomeRow>,
 ) {
     let span = tracing::info_span!(
@@ -45,25 +59,66 @@ pub(crate) async fn execute(
         attempt: u32::try_from(job.attempt).unwrap_or(0),
         max_retries: u32::try_from(job.max_retries).unwrap_or(0),
         headers: job.headers.clone(),
-        worker_id: worker_id.to_string(),
+        worker_id: limits.worker_id.to_string(),
+        cancel: limits.cancel.clone(),
     };
-    let timeout = job.timeout.or(handler.timeout()).or(default_timeout);
+    let timeout = job.timeout.or(handler.timeout()).or(limits.default_timeout);
+    let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
     let call = handler.call(ctx, job.args.clone()).instrument(span.clone());
     let mut running = AbortOnDrop(tokio::spawn(call));
-    let joined = match timeout {
-        Some(limit) => match tokio::time::timeout(limit, &mut running.0).await {
-            Ok(joined) => joined,
-            Err(_) => {
-                running.0.abort();
-                Ok(Err(TaskError::retry(format!(
-                    "timed out after {:.3}s",
-                    limit.as_secs_f64()
-                ))))
-            }
-        },
-        None => (&mut running.0).await,
+    let ended = tokio::select! {
+        joined = &mut running.0 => Ended::Joined(joined),
+        _ = sleep_until_some(deadline) => Ended::TimedOut(timeout.unwrap_or_default()),
+        _ = limits.cancel.cancelled() => Ended::Cancelled,
     };
-    let result = match joined {
+    let result = match ended {
+        Ended::Joined(joined) => joined_result(joined),
+        Ended::TimedOut(limit) => {
+            running.0.abort();
+            Err(TaskError::retry(format!(
+                "timed out after {:.3}s",
+                limit.as_secs_f64()
+            )))
+        }
+        Ended::Cancelled => {
+            // The handler was told (ctx.cancelled()); it may still finish.
+            match tokio::time::timeout(limits.cancel_grace, &mut running.0).await {
+                Ok(Ok(Ok(value))) => Ok(value),
+                _ => {
+                    running.0.abort();
+                    let outcome = OutcomeRow {
+                        id: job.id,
+                        attempt: job.attempt,
+                        state: JobState::Cancelled,
+                        result: None,
+                        error: Some("cancelled".to_string()),
+                        retry_in_secs: None,
+                        follow_up: job.has_follow_up(),
+                    };
+                    span.in_scope(|| tracing::info!("conveyor: job cancelled"));
+                    let _ = outcomes.send(outcome);
+                    return;
+                }
+            }
+        }
+    };
+    let outcome = span.in_scope(|| outcome_of(&job, result));
+    // The completer is gone only when the worker is being torn down; the job
+    // then stays started until its lease runs out.
+    let _ = outcomes.send(outcome);
+}
+
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn joined_result(
+    joined: Result<Result<serde_json::Value, TaskError>, tokio::task::JoinError>,
+) -> Result<serde_json::Value, TaskError> {
+    match joined {
         Ok(result) => result,
         Err(error) if error.is_panic() => {
             let payload = error.into_panic();
@@ -75,11 +130,7 @@ pub(crate) async fn execute(
             Err(TaskError::retry(format!("handler panicked: {message}")))
         }
         Err(_) => Err(TaskError::retry("handler task was aborted")),
-    };
-    let outcome = span.in_scope(|| outcome_of(&job, result));
-    // The completer is gone only when the worker is being torn down; the job
-    // then stays started until its lease runs out.
-    let _ = outcomes.send(outcome);
+    }
 }
 
 /// The state an attempt leads to, under the job's retry settings.

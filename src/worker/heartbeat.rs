@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::db;
-use crate::worker::RunningJobs;
+use crate::worker::{RunningJobs, cancel_running};
 
 pub(crate) async fn run(client: Client, lease: Duration, running: RunningJobs) {
     let mut tick = tokio::time::interval(lease / 3);
@@ -15,16 +15,18 @@ pub(crate) async fn run(client: Client, lease: Duration, running: RunningJobs) {
         tick.tick().await;
         let jobs: Vec<_> = {
             let running = running.lock().unwrap_or_else(|p| p.into_inner());
-            running.values().copied().collect()
+            running.values().map(|job| (job.id, job.attempt)).collect()
         };
         if jobs.is_empty() {
             continue;
         }
         let inner = &client.inner;
-        if let Err(error) =
-            db::heartbeat(&inner.pool, inner.queries, &jobs, lease.as_secs_f64()).await
-        {
-            tracing::warn!(%error, "conveyor: cannot renew leases");
+        match db::heartbeat(&inner.pool, inner.queries, &jobs, lease.as_secs_f64()).await {
+            // Cancellations whose notification this worker may have missed.
+            Ok(cancelled) => cancelled
+                .into_iter()
+                .for_each(|id| cancel_running(&running, id)),
+            Err(error) => tracing::warn!(%error, "conveyor: cannot renew leases"),
         }
     }
 }

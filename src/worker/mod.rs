@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
 use crate::db;
@@ -35,6 +36,8 @@ use handler::{FnHandler, Handler, TypedHandler};
 pub const DEFAULT_CONCURRENCY: usize = 10;
 /// Default lease: how long a claimed job stays held without renewal.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// Default time a cancelled handler gets to stop before it is aborted.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Default longest sleep of an idle worker without any notification.
 pub const DEFAULT_SAFETY_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -47,6 +50,7 @@ pub struct WorkerBuilder {
     lease: Duration,
     safety_interval: Duration,
     default_timeout: Option<Duration>,
+    cancel_grace: Duration,
     rescue_interval: Option<Duration>,
     worker_id: Option<String>,
     handlers: HashMap<String, Arc<dyn Handler>>,
@@ -94,6 +98,7 @@ impl Worker {
             lease: DEFAULT_LEASE,
             safety_interval: DEFAULT_SAFETY_INTERVAL,
             default_timeout: None,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
             rescue_interval: None,
             worker_id: None,
             handlers: HashMap::new(),
@@ -135,6 +140,12 @@ impl WorkerBuilder {
     /// Time limit of one attempt for jobs and tasks that set none (default: none).
     pub fn default_timeout(mut self, timeout: Duration) -> Self {
         self.default_timeout = Some(timeout);
+        self
+    }
+    /// How long a cancelled (or timed-out) handler may take to stop after it
+    /// is told to, before it is aborted (default 5 s).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
         self
     }
     /// How often this worker looks for jobs whose lease expired (default:
@@ -194,11 +205,21 @@ impl WorkerBuilder {
 
         let listener = {
             let queues = self.queues.clone();
-            let (wake, promote) = (wake.clone(), promote.clone());
+            let (wake, promote, running) = (wake.clone(), promote.clone(), running.clone());
+            let q = client.inner.queries;
             spawn_listener(
                 client.pool(),
-                vec![client.inner.queries.job_ready_channel],
-                move |event| on_job_ready(event, &queues, &wake, &promote),
+                vec![q.job_ready_channel, q.job_cancel_channel],
+                move |event| match event {
+                    ListenEvent::Notification { channel, payload }
+                        if channel == q.job_cancel_channel =>
+                    {
+                        if let Ok(id) = payload.parse() {
+                            cancel_running(&running, id);
+                        }
+                    }
+                    event => on_job_ready(event, &queues, &wake, &promote),
+                },
             )
             .0
         };
@@ -221,6 +242,7 @@ impl WorkerBuilder {
             lease: self.lease,
             safety_interval: self.safety_interval,
             default_timeout: self.default_timeout,
+            cancel_grace: self.cancel_grace,
             wake,
             promote,
             running,
@@ -268,8 +290,26 @@ impl WorkerBuilder {
     }
 }
 
-/// Jobs a worker is running: executor task → (job id, attempt).
-pub(crate) type RunningJobs = Arc<Mutex<HashMap<tokio::task::Id, (crate::JobId, i32)>>>;
+/// A job a worker is running.
+#[derive(Clone, Debug)]
+pub(crate) struct RunningJob {
+    pub id: crate::JobId,
+    pub attempt: i32,
+    /// Tells the handler to stop (cancellation asked for).
+    pub cancel: CancellationToken,
+}
+
+/// Jobs a worker is running, by executor task.
+pub(crate) type RunningJobs = Arc<Mutex<HashMap<tokio::task::Id, RunningJob>>>;
+
+/// Signals cancellation to the running job `id`, if this worker runs it.
+pub(crate) fn cancel_running(running: &RunningJobs, id: crate::JobId) {
+    let running = running.lock().unwrap_or_else(|p| p.into_inner());
+    for job in running.values().filter(|job| job.id == id) {
+        tracing::info!(job.id = %id, "conveyor: cancelling running job");
+        job.cancel.cancel();
+    }
+}
 
 struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
 

@@ -17,9 +17,9 @@ use crate::client::Client;
 use crate::db::{self, OutcomeRow};
 use crate::job::JobId;
 use crate::notify::reconnect_backoff;
-use crate::worker::RunningJobs;
 use crate::worker::executor;
 use crate::worker::handler::Handler;
+use crate::worker::{RunningJob, RunningJobs};
 
 /// Most scheduled jobs promoted to pending per statement.
 const PROMOTE_BATCH: i64 = 1_000;
@@ -35,6 +35,7 @@ pub(crate) struct Producer {
     pub lease: Duration,
     pub safety_interval: Duration,
     pub default_timeout: Option<Duration>,
+    pub cancel_grace: Duration,
     /// Set by the listener: something may be runnable.
     pub wake: Arc<Notify>,
     /// Set by the listener: a job may have been scheduled; look for due ones.
@@ -119,7 +120,11 @@ impl Producer {
                 .await
                 .inspect_err(|_| self.promote.store(true, Ordering::Relaxed))?;
             *next_due = promoted.next_run_at.map(|at| {
-                let wait = (at - promoted.db_now).to_std().unwrap_or_default();
+                // Capped: a run_at years away must not overflow the timer.
+                let wait = (at - promoted.db_now)
+                    .to_std()
+                    .unwrap_or_default()
+                    .min(Duration::from_secs(24 * 3600));
                 Instant::now() + wait + Duration::from_millis(1)
             });
             if promoted.promoted > 0 {
@@ -152,15 +157,23 @@ impl Producer {
                         // Cannot happen: the claim filters on registered names.
                         continue;
                     };
-                    let key = (job.id, job.attempt);
+                    let running = RunningJob {
+                        id: job.id,
+                        attempt: job.attempt,
+                        cancel: tokio_util::sync::CancellationToken::new(),
+                    };
                     let abort = tasks.spawn(executor::execute(
                         job,
                         handler,
-                        self.worker_id.clone(),
-                        self.default_timeout,
+                        executor::Limits {
+                            worker_id: self.worker_id.clone(),
+                            default_timeout: self.default_timeout,
+                            cancel_grace: self.cancel_grace,
+                            cancel: running.cancel.clone(),
+                        },
                         self.outcomes.clone(),
                     ));
-                    self.lock_running().insert(abort.id(), key);
+                    self.lock_running().insert(abort.id(), running);
                 }
             }
             if want > 0 || asked == 0 {
@@ -171,7 +184,7 @@ impl Producer {
         Ok(())
     }
 
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, (JobId, i32)>> {
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, RunningJob>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -195,7 +208,11 @@ impl Producer {
             }
         }
         tasks.shutdown().await;
-        let unfinished: Unfinished = self.lock_running().drain().map(|(_, job)| job).collect();
+        let unfinished: Unfinished = self
+            .lock_running()
+            .drain()
+            .map(|(_, job)| (job.id, job.attempt))
+            .collect();
         unfinished
     }
 }

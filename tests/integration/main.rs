@@ -3,6 +3,7 @@
 
 mod common;
 mod enqueue;
+mod faults;
 mod migrate;
 mod retries;
 mod worker;

@@ -1,0 +1,1 @@
+SELECT conveyor.cancel($1) AS state

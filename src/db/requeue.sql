@@ -1,0 +1,1 @@
+SELECT conveyor.requeue($1::uuid[]) AS requeued

@@ -1,0 +1,419 @@
+//! Cancellation, re-queueing the dead letter, long jobs under leases,
+//! timeouts, and hand-inserted bad rows.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use conveyor::{JobState, NewJob, Task, TaskContext, TaskError, Worker};
+use serde_json::{Value, json};
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+use crate::enqueue::{Add, AddArgs};
+
+#[tokio::test]
+async fn a_cancelled_queued_job_never_runs() {
+    let db = TestDb::new().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let doomed_now = db
+        .client
+        .enqueue(NewJob::new("count", json!({})))
+        .await
+        .unwrap();
+    let doomed_later = db
+        .client
+        .enqueue(NewJob::new("count", json!({})).delay(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!(
+        db.client.cancel(doomed_now.id()).await.unwrap(),
+        JobState::Cancelled
+    );
+    let cancelled: String = sqlx::query_scalar("SELECT conveyor.cancel($1)")
+        .bind(doomed_later.id())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(cancelled, "cancelled");
+    assert!(matches!(
+        doomed_now.wait(WAIT).await,
+        Err(conveyor::Error::JobCancelled(_))
+    ));
+
+    let worker = Worker::builder(&db.client)
+        .register_fn("count", move |_, _| {
+            let runs = r.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    // A job due after the cancelled ones has run: they were passed over.
+    let after = db
+        .client
+        .enqueue(NewJob::new("count", json!({})).delay(Duration::from_millis(600)))
+        .await
+        .unwrap();
+    after.wait(WAIT).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    for handle in [&doomed_now, &doomed_later] {
+        let job = handle.job().await.unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Cancelled, 0));
+        assert!(job.finished_at.is_some());
+    }
+    // Cancelling a finished job changes nothing.
+    assert_eq!(
+        db.client.cancel(after.id()).await.unwrap(),
+        JobState::Success
+    );
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_running_job_sees_cancellation_within_a_second_and_ends_cancelled() {
+    let db = TestDb::new().await;
+    let observed: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let (o, s) = (observed.clone(), started.clone());
+    let worker = Worker::builder(&db.client)
+        .cancel_grace(Duration::from_millis(300))
+        .register_fn("polite", move |ctx, _| {
+            let (observed, started) = (o.clone(), s.clone());
+            async move {
+                let t0 = Instant::now();
+                started.add_permits(1);
+                ctx.cancelled().await;
+                observed.lock().unwrap().push(t0.elapsed());
+                Err::<Value, _>(TaskError::fail("stopped on request"))
+            }
+        })
+        .register_fn("stubborn", move |_, _| async move {
+            std::future::pending::<()>().await;
+            Ok(Value::Null)
+        })
+        .start()
+        .unwrap();
+
+    let polite = db
+        .client
+        .enqueue(NewJob::new("polite", json!({})))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, started.acquire())
+        .await
+        .unwrap()
+        .unwrap()
+        .forget();
+    let asked = Instant::now();
+    assert_eq!(
+        db.client.cancel(polite.id()).await.unwrap(),
+        JobState::Started
+    );
+    let job = polite.wait_job(WAIT).await.unwrap();
+    assert_eq!(job.state, JobState::Cancelled);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(observed.lock().unwrap().len(), 1);
+    assert_eq!(job.last_error.as_deref(), Some("cancelled"));
+
+    // A handler that ignores the signal is aborted after the grace period.
+    let stubborn = db
+        .client
+        .enqueue(NewJob::new("stubborn", json!({})))
+        .await
+        .unwrap();
+    eventually(WAIT, "stubborn job started", || async {
+        (stubborn.state().await.ok()? == JobState::Started).then_some(())
+    })
+    .await;
+    let cancelled: String = sqlx::query_scalar("SELECT conveyor.cancel($1)")
+        .bind(stubborn.id())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled, "started",
+        "running: asked, the worker finishes it"
+    );
+    let job = stubborn.wait_job(WAIT).await.unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Cancelled, 1));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn failed_jobs_stay_queryable_and_can_be_requeued_by_id_or_sql_filter() {
+    let db = TestDb::new().await;
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let h = healthy.clone();
+    let worker = Worker::builder(&db.client)
+        .register_fn("charge", move |ctx, _| {
+            let healthy = h.clone();
+            async move {
+                if healthy.load(Ordering::SeqCst) {
+                    Ok(json!(ctx.attempt()))
+                } else {
+                    Err(TaskError::retry("gateway down"))
+                }
+            }
+        })
+        .start()
+        .unwrap();
+    let base = Duration::from_millis(5);
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let job = NewJob::new("charge", json!({}))
+            .max_retries(2)
+            .retry_backoff_base(base);
+        handles.push(db.client.enqueue(job).await.unwrap());
+    }
+    for handle in &handles {
+        let job = handle.wait_job(WAIT).await.unwrap();
+        assert_eq!(
+            (job.state, job.attempt, job.errors.len()),
+            (JobState::Failure, 3, 3)
+        );
+    }
+    healthy.store(true, Ordering::SeqCst);
+
+    // By id, from Rust.
+    assert_eq!(db.client.requeue(&[handles[0].id()]).await.unwrap(), 1);
+    assert_eq!(
+        handles[0].wait(WAIT).await.unwrap(),
+        json!(1),
+        "attempts were reset"
+    );
+    let job = handles[0].job().await.unwrap();
+    assert_eq!(job.errors.len(), 3, "error history kept");
+    // By a SQL filter.
+    let n: i32 = sqlx::query_scalar(
+        "SELECT conveyor.requeue(ARRAY(SELECT id FROM conveyor.jobs
+                                      WHERE state = 'failure' AND last_error = 'gateway down'))",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 2);
+    for handle in &handles[1..] {
+        assert_eq!(handle.wait(WAIT).await.unwrap(), json!(1));
+    }
+    // Jobs in other states are left alone.
+    assert_eq!(db.client.requeue(&[handles[0].id()]).await.unwrap(), 0);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_job_three_times_longer_than_its_lease_runs_once() {
+    let db = TestDb::new().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let r = runs.clone();
+        workers.push(
+            Worker::builder(&db.client)
+                .lease(Duration::from_millis(500))
+                .rescue_interval(Duration::from_millis(100))
+                .register_fn("long", move |_, _| {
+                    let runs = r.clone();
+                    async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(1_500)).await;
+                        Ok(Value::Null)
+                    }
+                })
+                .start()
+                .unwrap(),
+        );
+    }
+    let handle = db
+        .client
+        .enqueue(NewJob::new("long", json!({})))
+        .await
+        .unwrap();
+    let job = handle.wait_job(WAIT).await.unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Success, 1));
+    assert!(job.errors.is_empty());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
+}
+
+struct Slow;
+impl Task for Slow {
+    const NAME: &'static str = "slow";
+    const TIMEOUT: Option<Duration> = Some(Duration::from_millis(150));
+    type Args = u64;
+    type Output = u64;
+    async fn run(&self, ctx: TaskContext, millis: u64) -> Result<u64, TaskError> {
+        if ctx.attempt() == 1 {
+            tokio::time::sleep(Duration::from_millis(millis)).await;
+        }
+        Ok(u64::from(ctx.attempt()))
+    }
+}
+
+#[tokio::test]
+async fn the_task_types_timeout_applies_and_the_attempt_is_retried() {
+    let db = TestDb::new().await;
+    let worker = Worker::builder(&db.client).register(Slow).start().unwrap();
+    let handle = db
+        .client
+        .enqueue(Slow::job(60_000).retry_backoff_base(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert_eq!(handle.wait(WAIT).await.unwrap(), 2);
+    let job = handle.job().await.unwrap();
+    assert_eq!(job.errors[0].error, "timed out after 0.150s");
+    assert_eq!(job.retry_backoff, Some(Duration::from_millis(10)));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Each kind of hand-written bad row, with the outcome we promise.
+#[tokio::test]
+async fn bad_rows_get_a_clear_outcome_and_the_worker_keeps_serving() {
+    let db = TestDb::new().await;
+    let rejected = |sql: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let err = sqlx::query(sql).execute(&pool).await.unwrap_err();
+            err.into_database_error().unwrap().message().to_string()
+        }
+    };
+    // Rejected at insert by constraints.
+    let msg = rejected("INSERT INTO conveyor.jobs (task, args) VALUES ('add', NULL)").await;
+    assert!(msg.contains("null value in column \"args\""), "{msg}");
+    let msg = rejected("INSERT INTO conveyor.jobs (task) VALUES ('')").await;
+    assert!(msg.contains("jobs_task_check"), "{msg}");
+    let msg = rejected("INSERT INTO conveyor.jobs (task, queue) VALUES ('add', '')").await;
+    assert!(msg.contains("jobs_queue_check"), "{msg}");
+    let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'running')").await;
+    assert!(msg.contains("jobs_state_check"), "{msg}");
+    let msg = rejected("INSERT INTO conveyor.jobs (task, max_retries) VALUES ('add', -1)").await;
+    assert!(msg.contains("jobs_max_retries_check"), "{msg}");
+    let msg = rejected("INSERT INTO conveyor.jobs (task, headers) VALUES ('add', '[1]')").await;
+    assert!(msg.contains("jobs_headers_check"), "{msg}");
+
+    // Accepted rows, each with its outcome.
+    let insert = |task: &'static str, extra: &'static str, values: &'static str| {
+        let (pool, client) = (db.pool.clone(), db.client.clone());
+        async move {
+            let sql = format!(
+                "INSERT INTO conveyor.jobs (task{extra}) VALUES ('{task}'{values}) RETURNING id"
+            );
+            let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            client.handle::<Value>(id)
+        }
+    };
+    let wrong_type = insert("add", ", args", ", '\"forty-two\"'").await;
+    let wrong_field = insert("add", ", args", ", '{\"a\": [1], \"b\": 2}'").await;
+    let unknown_queue = insert(
+        "add",
+        ", queue, args",
+        ", 'nobody-serves-this', '{\"a\": 1, \"b\": 1}'",
+    )
+    .await;
+    let negative = insert("add", ", priority, args", ", -5, '{\"a\": 1, \"b\": 2}'").await;
+    let past = insert(
+        "add",
+        ", run_at, args",
+        ", '1970-01-01', '{\"a\": 2, \"b\": 2}'",
+    )
+    .await;
+    let future = insert(
+        "add",
+        ", state, run_at, args",
+        ", 'scheduled', '9999-12-31', '{\"a\": 0, \"b\": 0}'",
+    )
+    .await;
+    let big_payload = {
+        let blob = "x".repeat(10 * 1024 * 1024);
+        let id: uuid::Uuid = sqlx::query_scalar(
+            "INSERT INTO conveyor.jobs (task, args) VALUES ('size', jsonb_build_object('blob', $1::text)) RETURNING id",
+        )
+        .bind(blob)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        db.client.handle::<Value>(id)
+    };
+
+    let worker = Worker::builder(&db.client)
+        .concurrency(1)
+        .register(Add)
+        .register_fn("size", |_, args| async move {
+            Ok(json!(args["blob"].as_str().map(str::len)))
+        })
+        .start()
+        .unwrap();
+
+    for bad in [&wrong_type, &wrong_field] {
+        let job = bad.wait_job(WAIT).await.unwrap();
+        assert_eq!(
+            (job.state, job.attempt),
+            (JobState::Failure, 1),
+            "decode errors are not retried"
+        );
+        assert!(
+            job.last_error
+                .unwrap()
+                .contains("task `add`: cannot decode args")
+        );
+    }
+    assert_eq!(
+        big_payload.wait(WAIT).await.unwrap(),
+        json!(10 * 1024 * 1024),
+        "10 MB args are processed"
+    );
+    assert_eq!(
+        negative.wait(WAIT).await.unwrap(),
+        json!(3),
+        "negative priority: runs, after priority 0"
+    );
+    assert_eq!(
+        past.wait(WAIT).await.unwrap(),
+        json!(4),
+        "run_at in 1970: runs at once"
+    );
+    let order: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM conveyor.jobs WHERE state = 'success' ORDER BY started_at",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        order.last(),
+        Some(&negative.id()),
+        "lowest priority ran last"
+    );
+
+    // The worker still serves, and the rest wait as documented.
+    let ok = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 20, b: 22 }))
+        .await
+        .unwrap();
+    assert_eq!(ok.wait(WAIT).await.unwrap(), 42);
+    let job = unknown_queue.job().await.unwrap();
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Pending, 0),
+        "waits for a worker of its queue"
+    );
+    let job = future.job().await.unwrap();
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Scheduled, 0),
+        "waits for year 9999"
+    );
+    worker.shutdown(WAIT).await.unwrap();
+    assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 0);
+}
