@@ -1,0 +1,146 @@
+//! A private, throwaway PostgreSQL cluster (initdb + pg_ctl on a free port in
+//! a temp dir) that a test may restart or kill without touching the shared one.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Cluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    pub port: u16,
+    as_postgres: bool,
+}
+
+fn pg_bin() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL server binaries under /usr/lib/postgresql")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|bin| bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("an initdb under /usr/lib/postgresql/*/bin")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Cluster {
+    /// initdb and start a cluster; PostgreSQL refuses to run as root, so as
+    /// root it runs as the `postgres` user.
+    pub fn start() -> Cluster {
+        let dir =
+            std::env::temp_dir().join(format!("conveyor-pg-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let as_postgres = is_root();
+        if as_postgres {
+            run(Command::new("chown").arg("postgres:postgres").arg(&dir));
+        }
+        let cluster = Cluster {
+            dir,
+            bin: pg_bin(),
+            port: free_port(),
+            as_postgres,
+        };
+        let data = cluster.data();
+        cluster.pg(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        cluster.ctl(&["start"]);
+        cluster
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `pg_ctl restart`: `fast` (clean) or `immediate` (like a crash).
+    pub fn restart(&self, mode: &str) {
+        self.ctl(&["restart", "-m", mode]);
+    }
+
+    fn ctl(&self, args: &[&str]) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("postgres.log").display().to_string();
+        let data = self.data();
+        let mut all = vec!["-D", &data, "-l", &log, "-o", &options, "-w", "-t", "60"];
+        all.extend_from_slice(args);
+        self.pg("pg_ctl", &all);
+    }
+
+    fn pg(&self, program: &str, args: &[&str]) {
+        let path = self.bin.join(program);
+        let mut command = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        };
+        command.args(args);
+        run(&mut command);
+    }
+}
+
+fn run(command: &mut Command) {
+    let out = command.output().expect("run a PostgreSQL command");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.data();
+        let path = self.bin.join("pg_ctl");
+        let mut command = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        };
+        let _ = command
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,366 @@
+//! Chaos tests: worker *processes* killed with SIGKILL and PostgreSQL
+//! restarted under load, on a private cluster (see `cluster.rs`).
+//!
+//! The worker processes are this same test binary, re-run with
+//! `CONVEYOR_CHAOS_WORKER` set: the `worker_process` test then serves jobs
+//! until it is killed, logging every run to a file of its own.
+
+mod cluster;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cluster::Cluster;
+use conveyor::{Client, JobState, NewJob, Worker};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+/// One chaos test at a time: each runs its own cluster and three processes.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const ROLE: &str = "CONVEYOR_CHAOS_WORKER";
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// In a worker process: serve `chaos` jobs until killed. Elsewhere: nothing.
+#[tokio::test]
+async fn worker_process() {
+    let Ok(log_path) = std::env::var(ROLE) else {
+        return;
+    };
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let lease = Duration::from_millis(
+        std::env::var("CHAOS_LEASE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3000),
+    );
+    let log = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("run log"),
+    ));
+    let pool = PgPoolOptions::new()
+        .max_connections(5)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(&url)
+        .expect("database url");
+    let client = Client::new(pool);
+    let worker = Worker::builder(&client)
+        .concurrency(10)
+        .lease(lease)
+        .rescue_interval(Duration::from_millis(500))
+        .register_fn("chaos", move |ctx, args| {
+            let log = log.clone();
+            async move {
+                let line = |kind: &str| {
+                    format!(
+                        "{kind} {} {} {}\n",
+                        ctx.job_id(),
+                        ctx.attempt(),
+                        now_nanos()
+                    )
+                };
+                write_line(&log, &line("S"));
+                let ms = args["ms"].as_u64().unwrap_or(10);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                write_line(&log, &line("E"));
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .expect("worker");
+    // Until killed (or the parent's stdin closes, when it was asked to stop).
+    std::future::pending::<()>().await;
+    drop(worker);
+}
+
+fn write_line(log: &Mutex<std::fs::File>, line: &str) {
+    let mut file = log.lock().unwrap_or_else(|p| p.into_inner());
+    file.write_all(line.as_bytes()).expect("write run log");
+}
+
+/// A worker process and the log it writes.
+struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+fn spawn_worker(url: &str, log: PathBuf, lease_ms: u64) -> Proc {
+    let child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "worker_process",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(ROLE, &log)
+        .env("DATABASE_URL", url)
+        .env("CHAOS_LEASE_MS", lease_ms.to_string())
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn worker process");
+    Proc { child, log }
+}
+
+/// Kills with SIGKILL; returns when it is gone.
+fn kill(proc: &mut Proc) -> u128 {
+    let _ = proc.child.kill();
+    let _ = proc.child.wait();
+    now_nanos()
+}
+
+async fn connect(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .connect(url)
+        .await
+        .expect("connect to the private cluster")
+}
+
+/// `SELECT count(*) … WHERE state = 'success'`, or None while the database is away.
+async fn succeeded(pool: &PgPool) -> Option<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM conveyor.jobs WHERE state = 'success'")
+        .fetch_one(pool)
+        .await
+        .ok()
+}
+
+/// One run of a job, read back from a worker's log.
+#[derive(Debug, Clone)]
+struct Run {
+    log: PathBuf,
+    start: u128,
+    end: Option<u128>,
+}
+
+fn read_runs(logs: &[PathBuf]) -> HashMap<String, Vec<Run>> {
+    let mut runs: HashMap<String, Vec<Run>> = HashMap::new();
+    for log in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines() {
+            let parts: Vec<&str> = line.split(' ').collect();
+            let [kind, id, attempt, ts] = parts[..] else {
+                continue; // a line cut by SIGKILL
+            };
+            let Ok(ts) = ts.parse::<u128>() else { continue };
+            let entry = runs.entry(id.to_string()).or_default();
+            match kind {
+                "S" => entry.push(Run {
+                    log: log.clone(),
+                    start: ts,
+                    end: None,
+                }),
+                "E" => {
+                    if let Some(run) = entry
+                        .iter_mut()
+                        .rev()
+                        .find(|r| r.log == *log && r.end.is_none())
+                    {
+                        run.end = Some(ts);
+                    }
+                }
+                _ => {}
+            }
+            let _ = attempt;
+        }
+    }
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_jobs_survive_killed_workers_and_database_restarts() {
+    let _serial = SERIAL.lock().await;
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    const JOBS: i64 = 10_000;
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let pool = connect(&url).await;
+    conveyor::migrate(&pool).await.unwrap();
+    let client = Client::new(pool.clone());
+    let jobs = (0..JOBS)
+        .map(|i| NewJob::new("chaos", json!({ "i": i, "ms": 10 + (i * 7919) % 30 })))
+        .collect();
+    client.enqueue_many(jobs).await.unwrap();
+
+    let logs_dir = cluster.dir().join("logs");
+    std::fs::create_dir_all(&logs_dir).unwrap();
+    let mut generation = 0;
+    let mut next_log = || {
+        generation += 1;
+        logs_dir.join(format!("worker-{generation}.log"))
+    };
+    let lease_ms = 3_000;
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|_| spawn_worker(&url, next_log(), lease_ms))
+        .collect();
+    let mut all_logs: Vec<PathBuf> = procs.iter().map(|p| p.log.clone()).collect();
+    let mut killed: HashMap<PathBuf, u128> = HashMap::new();
+    let mut restarts = 0;
+    let started = Instant::now();
+    let mut victim = 0;
+    let deadline = started + Duration::from_secs(300);
+    loop {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let done = succeeded(&pool).await.unwrap_or(0);
+        if done == JOBS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {done} of {JOBS} jobs succeeded in time"
+        );
+        // Kill one worker process about every second, and start a new one.
+        let proc = &mut procs[victim % 3];
+        let at = kill(proc);
+        killed.insert(proc.log.clone(), at);
+        *proc = spawn_worker(&url, next_log(), lease_ms);
+        all_logs.push(proc.log.clone());
+        victim += 1;
+        // Restart PostgreSQL twice: once cleanly, once like a crash.
+        if restarts < 2 && done >= JOBS * (restarts + 1) / 4 {
+            let mode = if restarts == 0 { "fast" } else { "immediate" };
+            tokio::task::block_in_place(|| cluster.restart(mode));
+            restarts += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    for proc in &mut procs {
+        kill(proc);
+    }
+    assert_eq!(restarts, 2, "PostgreSQL was restarted twice during the run");
+
+    // Every job succeeded; none is missing.
+    let pool = connect(&url).await;
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM conveyor.jobs GROUP BY 1")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(states, [("success".to_string(), JOBS)]);
+    let distinct: i64 = sqlx::query_scalar("SELECT count(DISTINCT args->'i') FROM conveyor.jobs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(distinct, JOBS);
+
+    // From the workers' own logs: every job ran; no job ran concurrently with
+    // itself; only jobs whose worker died ran more than once.
+    let runs = read_runs(&all_logs);
+    assert_eq!(runs.len() as i64, JOBS, "every job ran at least once");
+    let mut twice = 0;
+    let mut total_runs = 0;
+    for (id, list) in &runs {
+        let mut list = list.clone();
+        list.sort_by_key(|r| r.start);
+        total_runs += list.len();
+        assert!(
+            list.iter().any(|r| r.end.is_some()),
+            "job {id} never finished a run"
+        );
+        for pair in list.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let end = a.end.or_else(|| killed.get(&a.log).copied());
+            let end = end.unwrap_or_else(|| panic!("job {id}: unfinished run in a live worker"));
+            assert!(
+                end <= b.start,
+                "job {id} ran concurrently with itself: {list:?}"
+            );
+            assert!(
+                killed.contains_key(&a.log),
+                "job {id} ran again although its worker did not die: {list:?}"
+            );
+        }
+        if list.len() > 1 {
+            twice += 1;
+        }
+    }
+    println!(
+        "chaos: {JOBS} jobs, {total_runs} runs, {twice} jobs ran more than once (all after their worker was killed), \
+         {} worker kills, {restarts} PostgreSQL restarts, {:.1}s",
+        killed.len(),
+        elapsed.as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_job_has_the_job_retried_after_the_lease_expires() {
+    let _serial = SERIAL.lock().await;
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let pool = connect(&url).await;
+    conveyor::migrate(&pool).await.unwrap();
+    let client = Client::new(pool.clone());
+    let logs = cluster.dir().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+
+    let handle = client
+        .enqueue(NewJob::new("chaos", json!({"ms": 60_000})))
+        .await
+        .unwrap();
+    let lease_ms = 1_500;
+    let mut first = spawn_worker(&url, logs.join("first.log"), lease_ms);
+    let lease = wait_for(Duration::from_secs(30), || async {
+        let job = handle.job().await.ok()?;
+        (job.state == JobState::Started).then_some(job.lease_expires_at?)
+    })
+    .await;
+    kill(&mut first);
+    let killed_at = chrono::Utc::now();
+    // Still started: nothing may take it before its lease runs out.
+    assert_eq!(handle.state().await.unwrap(), JobState::Started);
+    let mut second = spawn_worker(&url, logs.join("second.log"), lease_ms);
+    let job = wait_for(Duration::from_secs(30), || async {
+        let job = handle.job().await.ok()?;
+        (job.attempt == 2 && job.state == JobState::Started).then_some(job)
+    })
+    .await;
+    kill(&mut second);
+    assert!(
+        job.started_at.unwrap() > lease,
+        "retried at {:?}, before the lease expired at {lease}",
+        job.started_at
+    );
+    assert_eq!(job.errors.len(), 1);
+    assert_eq!(job.errors[0].error, "lease expired");
+    println!(
+        "killed mid-job at {killed_at}; lease expired at {lease}; attempt 2 started at {}",
+        job.started_at.unwrap()
+    );
+}
+
+async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
