@@ -63,6 +63,7 @@ pub struct NewJob<O = Value> {
     pub(crate) on_error: Vec<Value>,
     /// Why a callback added to this job cannot be enqueued, reported at enqueue.
     pub(crate) invalid: Option<String>,
+    pub(crate) unique: Option<UniqueSpec>,
     output: PhantomData<fn() -> O>,
 }
 
@@ -96,6 +97,7 @@ impl<O> NewJob<O> {
             on_success: Vec::new(),
             on_error: Vec::new(),
             invalid: None,
+            unique: None,
             output: PhantomData,
         }
     }
@@ -164,6 +166,32 @@ impl<O> NewJob<O> {
         self.headers.insert(key.into(), value);
         self
     }
+    /// Makes the job unique (asynq's `Unique`): while another job with the
+    /// same key is unfinished ([`Unique::UntilFinished`]) or was enqueued less
+    /// than a TTL ago ([`Unique::For`]), enqueue returns that job's handle,
+    /// marked [`JobHandle::is_duplicate`], and inserts nothing. The key is
+    /// derived from queue, task and args unless given with [`NewJob::unique_key`].
+    /// Enforced by the database, so it holds across processes and transactions.
+    pub fn unique(mut self, scope: Unique) -> Self {
+        let key = self.unique.take().and_then(|u| u.key);
+        self.unique = Some(UniqueSpec { scope, key });
+        self
+    }
+
+    /// Uses `key` as the uniqueness key (implies [`Unique::UntilFinished`]
+    /// unless [`NewJob::unique`] chose a scope).
+    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
+        let scope = self
+            .unique
+            .take()
+            .map_or(Unique::UntilFinished, |u| u.scope);
+        self.unique = Some(UniqueSpec {
+            scope,
+            key: Some(key.into()),
+        });
+        self
+    }
+
     /// Forgets the output type, e.g. to enqueue jobs of several tasks in one batch.
     pub fn untyped(self) -> NewJob<Value> {
         NewJob {
@@ -182,6 +210,7 @@ impl<O> NewJob<O> {
             on_success: self.on_success,
             on_error: self.on_error,
             invalid: self.invalid,
+            unique: self.unique,
             output: PhantomData,
         }
     }
@@ -427,6 +456,25 @@ impl Client {
         conn: &mut PgConnection,
         jobs: Vec<NewJob<O>>,
     ) -> Result<Vec<JobHandle<O>>> {
+        if !jobs.iter().any(|job| job.unique.is_some()) {
+            return self.insert_plain(conn, jobs).await;
+        }
+        // Unique jobs go one at a time (each may return an existing job).
+        let mut handles = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            match job.unique.clone() {
+                Some(unique) => handles.push(self.insert_unique(conn, job, unique).await?),
+                None => handles.extend(self.insert_plain(conn, vec![job]).await?),
+            }
+        }
+        Ok(handles)
+    }
+
+    async fn insert_plain<O>(
+        &self,
+        conn: &mut PgConnection,
+        jobs: Vec<NewJob<O>>,
+    ) -> Result<Vec<JobHandle<O>>> {
         let rows = jobs
             .into_iter()
             .map(NewJob::into_row)
@@ -506,6 +554,24 @@ impl Client {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn insert_unique<O>(
+        &self,
+        conn: &mut PgConnection,
+        job: NewJob<O>,
+        unique: UniqueSpec,
+    ) -> Result<JobHandle<O>> {
+        job.check()?;
+        let id = job.id.unwrap_or_else(uuid::Uuid::now_v7);
+        let spec = job.spec_with_id(id, None, None);
+        let ttl = match unique.scope {
+            Unique::For(ttl) => Some(ttl.as_secs_f64()),
+            Unique::UntilFinished => None,
+        };
+        let found =
+            db::enqueue_unique(conn, self.inner.queries, &spec, unique.key.as_deref(), ttl).await?;
+        Ok(JobHandle::new(self.clone(), found.id, found.inserted))
+    }
+
     /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the
     /// expected output type.
     pub fn handle<O>(&self, id: JobId) -> JobHandle<O> {
@@ -520,3 +586,19 @@ impl Client {
 
 /// Jobs per insert statement in bulk enqueue.
 pub const BULK_CHUNK: usize = 5_000;
+
+/// How long a unique job keeps its key (see [`NewJob::unique`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unique {
+    /// While the job is not finished (scheduled, pending, started, retry).
+    UntilFinished,
+    /// For this long after enqueue, whatever the job's state.
+    For(Duration),
+}
+
+/// A unique job's scope and explicit key.
+#[derive(Clone, Debug)]
+pub(crate) struct UniqueSpec {
+    pub scope: Unique,
+    pub key: Option<String>,
+}

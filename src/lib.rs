@@ -54,7 +54,7 @@ mod workflow;
 
 pub use client::{
     BULK_CHUNK, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
-    DEFAULT_RETRY_BACKOFF_BASE, NewJob,
+    DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique,
 };
 pub use error::{Error, Result};
 pub use handle::JobHandle;

@@ -2,12 +2,24 @@
 -- The SELECT sits in a CTE on purpose: it is an optimisation fence, so the
 -- planner cannot lock (and update) more rows than the LIMIT. Only tasks the
 -- worker has handlers for are claimed; run_at <= now() guards hand-inserted
--- rows that are 'pending' with a future run_at.
-WITH picked AS (
+-- rows that are 'pending' with a future run_at. A paused queue gives nothing.
+-- $6 is the queue's global concurrency limit (NULL: none): the caller then
+-- runs this right after locking the queue's row (conveyor.queues) in the same
+-- transaction, so the count of started jobs below is current.
+WITH room AS (
+    SELECT CASE WHEN $6::int IS NULL THEN $3::bigint
+                ELSE greatest(0, least($3::bigint, $6::int - (
+                    SELECT count(*) FROM conveyor.jobs
+                    WHERE state = 'started' AND queue = $1)))
+           END AS n
+),
+picked AS (
     SELECT id FROM conveyor.jobs
     WHERE state = 'pending' AND queue = $1 AND task = ANY($2) AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM conveyor.queues
+                      WHERE name = $1 AND paused_at IS NOT NULL)
     ORDER BY priority DESC, run_at, id
-    LIMIT $3
+    LIMIT (SELECT n FROM room)
     FOR UPDATE SKIP LOCKED
 )
 UPDATE conveyor.jobs j

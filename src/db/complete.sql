@@ -5,9 +5,13 @@
 -- Jobs that have follow-up work (workflow, callbacks) are returned so the
 -- caller can run conveyor.after_finish() in the same transaction.
 WITH outcome AS (
-    SELECT *
+    -- A job whose cancellation was asked for is not retried: it ends cancelled.
+    SELECT t.id, t.attempt, t.result, t.error, t.retry_in_secs,
+           CASE WHEN t.state = 'retry' AND c.cancel_requested_at IS NOT NULL
+                THEN 'cancelled' ELSE t.state END AS state
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
          AS t(id, attempt, state, result, error, retry_in_secs)
+    LEFT JOIN conveyor.jobs c ON c.id = t.id
 ),
 updated AS (
     UPDATE conveyor.jobs j SET
@@ -37,6 +41,14 @@ finished AS (
     SELECT pg_notify($7, string_agg(id::text, ',')) FROM updated
     WHERE state <> 'retry' HAVING count(*) > 0
 ),
+freed AS (
+    -- Queues with a global concurrency limit: a finished job frees room that
+    -- idle workers should claim now.
+    SELECT pg_notify($8, json_build_object('queue', q.queue, 'scheduled', false)::text)
+    FROM (SELECT DISTINCT queue FROM updated WHERE state <> 'retry') AS q
+    WHERE EXISTS (SELECT 1 FROM conveyor.queues c
+                  WHERE c.name = q.queue AND c.concurrency_limit IS NOT NULL)
+),
 retrying AS (
     SELECT pg_notify($8, json_build_object('queue', q.queue, 'scheduled', true)::text)
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'retry') AS q
@@ -44,4 +56,5 @@ retrying AS (
 SELECT (SELECT count(*) FROM updated) AS updated,
        -- Finished jobs of workflows or with callbacks: conveyor.after_finish() takes them next.
        (SELECT coalesce(array_agg(id), '{}') FROM updated WHERE follow_up AND state <> 'retry') AS follow_ups,
-       (SELECT count(*) FROM finished) + (SELECT count(*) FROM retrying) AS notifications
+       (SELECT count(*) FROM finished) + (SELECT count(*) FROM retrying)
+           + (SELECT count(*) FROM freed) AS notifications

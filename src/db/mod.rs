@@ -29,6 +29,8 @@ pub(crate) struct Queries {
     pub job_finished_channel: &'static str,
     /// Channel telling workers to cancel a running job: payload = its id.
     pub job_cancel_channel: &'static str,
+    /// Channel announcing changed queue settings: payload = queue name.
+    pub queue_changed_channel: &'static str,
     insert_jobs: &'static str,
     fetch_job: &'static str,
     fetch_state: &'static str,
@@ -44,6 +46,9 @@ pub(crate) struct Queries {
     workflow_results: &'static str,
     cancel: &'static str,
     requeue: &'static str,
+    enqueue_unique: &'static str,
+    lock_queue: &'static str,
+    queue_limits: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -96,6 +101,7 @@ impl Queries {
             job_ready_channel: leak(format!("{schema}.job_ready")),
             job_finished_channel: leak(format!("{schema}.job_finished")),
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
+            queue_changed_channel: leak(format!("{schema}.queue_changed")),
             insert_jobs: load(include_str!("insert_jobs.sql")),
             fetch_job: load(include_str!("fetch_job.sql")),
             fetch_state: load(include_str!("fetch_state.sql")),
@@ -111,6 +117,9 @@ impl Queries {
             workflow_results: load(include_str!("workflow_results.sql")),
             cancel: load(include_str!("cancel.sql")),
             requeue: load(include_str!("requeue.sql")),
+            enqueue_unique: load(include_str!("enqueue_unique.sql")),
+            lock_queue: load(include_str!("lock_queue.sql")),
+            queue_limits: load(include_str!("queue_limits.sql")),
             create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
@@ -221,6 +230,29 @@ pub(crate) async fn insert_jobs(
     Ok(out)
 }
 
+/// Enqueues one job spec under a uniqueness key (`None`: the default key
+/// from queue, task and args); `ttl` `None` means "until finished".
+pub(crate) async fn enqueue_unique(
+    conn: &mut PgConnection,
+    q: &Queries,
+    spec: &Value,
+    key: Option<&str>,
+    ttl_secs: Option<f64>,
+) -> Result<Inserted> {
+    let row = sqlx::query(q.enqueue_unique)
+        .bind(spec)
+        .bind(key)
+        .bind(ttl_secs)
+        .fetch_one(&mut *conn)
+        .await?;
+    let state: Option<String> = row.try_get("state")?;
+    Ok(Inserted {
+        id: row.try_get("id")?,
+        state: state.as_deref().map(parse_state).transpose()?,
+        inserted: row.try_get("inserted")?,
+    })
+}
+
 pub(crate) async fn fetch_job<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
@@ -274,23 +306,39 @@ pub(crate) async fn promote<'e>(
     })
 }
 
-pub(crate) async fn claim<'e>(
-    exec: impl PgExecutor<'e>,
+/// Claims up to `limit` jobs of `queue`. With a global concurrency limit
+/// the claim runs in a transaction after locking the queue's row.
+pub(crate) async fn claim(
+    pool: &PgPool,
     q: &Queries,
     queue: &str,
     tasks: &[String],
     limit: i64,
     lease_secs: f64,
     worker_id: &str,
+    limited: bool,
 ) -> Result<Vec<Job>> {
-    let mut jobs = sqlx::query_as::<_, Job>(q.claim)
-        .bind(queue)
-        .bind(tasks)
-        .bind(limit)
-        .bind(lease_secs)
-        .bind(worker_id)
-        .fetch_all(exec)
-        .await?;
+    let claim = |concurrency: Option<i32>| {
+        sqlx::query_as::<_, Job>(q.claim)
+            .bind(queue)
+            .bind(tasks)
+            .bind(limit)
+            .bind(lease_secs)
+            .bind(worker_id)
+            .bind(concurrency)
+    };
+    let mut jobs = if limited {
+        let mut tx = pool.begin().await?;
+        let concurrency: Option<i32> = sqlx::query_scalar(q.lock_queue)
+            .bind(queue)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let jobs = claim(concurrency).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        jobs
+    } else {
+        claim(None).fetch_all(pool).await?
+    };
     jobs.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)
@@ -298,6 +346,19 @@ pub(crate) async fn claim<'e>(
             .then(a.id.cmp(&b.id))
     });
     Ok(jobs)
+}
+
+/// Which of `queues` have a global concurrency limit.
+pub(crate) async fn queue_limits<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    queues: &[String],
+) -> Result<Vec<String>> {
+    let rows: Vec<(String, i32)> = sqlx::query_as(q.queue_limits)
+        .bind(queues)
+        .fetch_all(exec)
+        .await?;
+    Ok(rows.into_iter().map(|(name, _)| name).collect())
 }
 
 /// The outcome of one attempt, as the completer writes it.

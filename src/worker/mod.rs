@@ -45,6 +45,7 @@ pub const DEFAULT_SAFETY_INTERVAL: Duration = Duration::from_secs(30);
 pub struct WorkerBuilder {
     client: Client,
     queues: Vec<String>,
+    weights: Option<Vec<u32>>,
     concurrency: usize,
     max_claim: usize,
     lease: Duration,
@@ -93,6 +94,7 @@ impl Worker {
         WorkerBuilder {
             client: client.clone(),
             queues: vec![crate::client::DEFAULT_QUEUE.to_string()],
+            weights: None,
             concurrency: DEFAULT_CONCURRENCY,
             max_claim: 100,
             lease: DEFAULT_LEASE,
@@ -107,13 +109,29 @@ impl Worker {
 }
 
 impl WorkerBuilder {
-    /// Queues to serve (default `["default"]`). Claims try them in this order.
+    /// Queues to serve, in strict priority order (default `["default"]`):
+    /// a queue is claimed from only while the ones before it have nothing
+    /// runnable.
     pub fn queues<I, S>(mut self, queues: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
         self.queues = queues.into_iter().map(Into::into).collect();
+        self.weights = None;
+        self
+    }
+    /// Queues to serve with weights (asynq's weighted priority): with
+    /// `[("critical", 6), ("default", 3), ("low", 1)]` and all three full,
+    /// claims go 60/30/10; a queue without work leaves its share to the others.
+    pub fn weighted_queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = (S, u32)>,
+        S: Into<String>,
+    {
+        let (queues, weights) = queues.into_iter().map(|(q, w)| (q.into(), w)).unzip();
+        self.queues = queues;
+        self.weights = Some(weights);
         self
     }
     /// Jobs run at once (default 10).
@@ -142,8 +160,8 @@ impl WorkerBuilder {
         self.default_timeout = Some(timeout);
         self
     }
-    /// How long a cancelled (or timed-out) handler may take to stop after it
-    /// is told to, before it is aborted (default 5 s).
+    /// How long a cancelled handler may take to stop after it is told to,
+    /// before it is aborted (default 5 s). A timed-out handler is aborted at once.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
@@ -186,6 +204,9 @@ impl WorkerBuilder {
         if self.queues.is_empty() || self.queues.iter().any(String::is_empty) {
             return Err(Error::Config("a worker needs non-empty queue names".into()));
         }
+        if self.weights.as_ref().is_some_and(|w| w.contains(&0)) {
+            return Err(Error::Config("queue weights must be at least 1".into()));
+        }
         if self.concurrency == 0 || self.max_claim == 0 {
             return Err(Error::Config(
                 "concurrency and max_claim_batch must be at least 1".into(),
@@ -199,6 +220,7 @@ impl WorkerBuilder {
         let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
         let wake = Arc::new(Notify::new());
         let promote = Arc::new(AtomicBool::new(true));
+        let refresh_queues = Arc::new(AtomicBool::new(true));
         let running = RunningJobs::default();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
         let client = self.client;
@@ -206,21 +228,32 @@ impl WorkerBuilder {
         let listener = {
             let queues = self.queues.clone();
             let (wake, promote, running) = (wake.clone(), promote.clone(), running.clone());
+            let refresh = refresh_queues.clone();
             let q = client.inner.queries;
-            spawn_listener(
-                client.pool(),
-                vec![q.job_ready_channel, q.job_cancel_channel],
-                move |event| match event {
-                    ListenEvent::Notification { channel, payload }
-                        if channel == q.job_cancel_channel =>
-                    {
-                        if let Ok(id) = payload.parse() {
-                            cancel_running(&running, id);
-                        }
+            let channels = vec![
+                q.job_ready_channel,
+                q.job_cancel_channel,
+                q.queue_changed_channel,
+            ];
+            spawn_listener(client.pool(), channels, move |event| match event {
+                ListenEvent::Notification { channel, payload }
+                    if channel == q.job_cancel_channel =>
+                {
+                    if let Ok(id) = payload.parse() {
+                        cancel_running(&running, id);
                     }
-                    event => on_job_ready(event, &queues, &wake, &promote),
-                },
-            )
+                }
+                ListenEvent::Notification { channel, .. } if channel == q.queue_changed_channel => {
+                    refresh.store(true, std::sync::atomic::Ordering::Relaxed);
+                    wake.notify_one();
+                }
+                event => {
+                    if matches!(event, ListenEvent::Gap) {
+                        refresh.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    on_job_ready(event, &queues, &wake, &promote)
+                }
+            })
             .0
         };
         let heartbeat = tokio::spawn(heartbeat::run(client.clone(), self.lease, running.clone()));
@@ -245,6 +278,10 @@ impl WorkerBuilder {
             cancel_grace: self.cancel_grace,
             wake,
             promote,
+            refresh_queues,
+            limited: Vec::new(),
+            weights: self.weights,
+            rng: seed(),
             running,
             outcomes: outcomes_tx,
             shutdown: shutdown_rx,
@@ -348,6 +385,12 @@ fn on_job_ready(event: ListenEvent<'_>, queues: &[String], wake: &Notify, promot
             wake.notify_one();
         }
     }
+}
+
+/// A non-zero seed for the weighted queue draw.
+fn seed() -> u64 {
+    let random = uuid::Uuid::new_v4().as_u128();
+    (random as u64) | 1
 }
 
 fn default_worker_id() -> String {

@@ -40,6 +40,14 @@ pub(crate) struct Producer {
     pub wake: Arc<Notify>,
     /// Set by the listener: a job may have been scheduled; look for due ones.
     pub promote: Arc<AtomicBool>,
+    /// Set by the listener: queue settings changed; reload which are limited.
+    pub refresh_queues: Arc<AtomicBool>,
+    /// Queues with a global concurrency limit (claimed under the queue's lock).
+    pub limited: Vec<String>,
+    /// Weighted mode: one weight per queue; `None`: strict order.
+    pub weights: Option<Vec<u32>>,
+    /// State of the weighted draw.
+    pub rng: u64,
     /// Jobs being run, shared with the heartbeat.
     pub running: RunningJobs,
     pub outcomes: UnboundedSender<OutcomeRow>,
@@ -95,6 +103,9 @@ impl Producer {
                     if error_wait.is_some_and(|at| at <= now) {
                         error_wait = None;
                     }
+                    if safety <= now {
+                        self.refresh_queues.store(true, Ordering::Relaxed);
+                    }
                     if next_due.is_some_and(|at| at <= now) || safety <= now {
                         self.promote.store(true, Ordering::Relaxed);
                         maybe_work = true;
@@ -114,7 +125,8 @@ impl Producer {
         maybe_work: &mut bool,
         next_due: &mut Option<Instant>,
     ) -> crate::Result<()> {
-        let inner = &self.client.inner;
+        let client = self.client.clone();
+        let inner = &client.inner;
         if self.promote.swap(false, Ordering::Relaxed) {
             let promoted = db::promote(&inner.pool, inner.queries, &self.queues, PROMOTE_BATCH)
                 .await
@@ -134,21 +146,30 @@ impl Producer {
                 }
             }
         }
+        if self.refresh_queues.swap(false, Ordering::Relaxed) {
+            self.limited = db::queue_limits(&inner.pool, inner.queries, &self.queues)
+                .await
+                .inspect_err(|_| self.refresh_queues.store(true, Ordering::Relaxed))?;
+        }
         while *maybe_work && tasks.len() < self.concurrency {
             let mut want = (self.concurrency - tasks.len()).min(self.max_claim);
             let asked = want;
-            for queue in &self.queues {
-                if want == 0 {
-                    break;
+            for (queue, share) in self.plan(want) {
+                let inner = &self.client.inner;
+                let take = share.min(want);
+                if take == 0 {
+                    continue;
                 }
+                let queue = &self.queues[queue];
                 let jobs = db::claim(
                     &inner.pool,
                     inner.queries,
                     queue,
                     &self.task_names,
-                    want as i64,
+                    take as i64,
                     self.lease.as_secs_f64(),
                     &self.worker_id,
+                    self.limited.contains(queue),
                 )
                 .await?;
                 want -= jobs.len().min(want);
@@ -182,6 +203,59 @@ impl Producer {
             }
         }
         Ok(())
+    }
+
+    /// In which order to claim from which queue, and how many at most from
+    /// each: strict mode tries the queues in order; weighted mode first deals
+    /// the slots out by weight (a weighted draw per slot), then offers what is
+    /// left to every queue in a weighted random order.
+    fn plan(&mut self, want: usize) -> Vec<(usize, usize)> {
+        let Some(weights) = self.weights.clone() else {
+            return (0..self.queues.len()).map(|q| (q, want)).collect();
+        };
+        let mut shares = vec![0; weights.len()];
+        for _ in 0..want {
+            shares[self.draw(&weights, &[])] += 1;
+        }
+        let mut plan: Vec<(usize, usize)> = shares
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(q, n)| (q, *n))
+            .collect();
+        let mut order = Vec::with_capacity(weights.len());
+        while order.len() < weights.len() {
+            let q = self.draw(&weights, &order);
+            order.push(q);
+        }
+        plan.extend(order.into_iter().map(|q| (q, want)));
+        plan
+    }
+
+    /// A queue index drawn with probability proportional to its weight,
+    /// among those not in `skip`.
+    fn draw(&mut self, weights: &[u32], skip: &[usize]) -> usize {
+        // xorshift64: quality is plenty for spreading claims.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let total: u64 = weights
+            .iter()
+            .enumerate()
+            .filter(|(q, _)| !skip.contains(q))
+            .map(|(_, w)| u64::from(*w))
+            .sum();
+        let mut point = self.rng % total.max(1);
+        for (q, w) in weights.iter().enumerate() {
+            if skip.contains(&q) {
+                continue;
+            }
+            if point < u64::from(*w) {
+                return q;
+            }
+            point -= u64::from(*w);
+        }
+        (0..weights.len()).find(|q| !skip.contains(q)).unwrap_or(0)
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, RunningJob>> {

@@ -5,6 +5,7 @@ mod common;
 mod enqueue;
 mod faults;
 mod migrate;
+mod queues;
 mod retries;
 mod worker;
 mod workflows;

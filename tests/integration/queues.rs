@@ -1,0 +1,311 @@
+//! Unique jobs, weighted and strict queues, pause / resume, global limits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use conveyor::{NewJob, Unique, Worker};
+use serde_json::{Value, json};
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+
+#[tokio::test]
+async fn fifty_concurrent_enqueues_of_one_unique_key_make_one_job() {
+    let db = TestDb::new().await;
+    let mut tasks = Vec::new();
+    for conn in 0..10 {
+        let client = db.client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut handles = Vec::new();
+            for _ in 0..5 {
+                // Each in its own transaction on its own connection.
+                let mut tx = client.pool().begin().await.unwrap();
+                let job = NewJob::new("report", json!({"day": "2026-11-22", "conn": conn}))
+                    .unique_key("daily-report");
+                handles.push(client.enqueue_tx(&mut tx, job).await.unwrap());
+                tx.commit().await.unwrap();
+            }
+            handles
+        }));
+    }
+    let mut handles = Vec::new();
+    for task in tasks {
+        handles.extend(task.await.unwrap());
+    }
+    assert_eq!(handles.len(), 50);
+    assert_eq!(handles.iter().filter(|h| !h.is_duplicate()).count(), 1);
+    let first = handles.iter().find(|h| !h.is_duplicate()).unwrap().id();
+    assert!(
+        handles.iter().all(|h| h.id() == first),
+        "duplicates return the existing job"
+    );
+    assert_eq!(count_jobs(&db.pool, "true").await, 1);
+
+    // After it finished, the key is free again.
+    let worker = Worker::builder(&db.client)
+        .register_fn("report", |_, _| async move { Ok(json!("done")) })
+        .start()
+        .unwrap();
+    handles[0].wait(WAIT).await.unwrap();
+    let again = db
+        .client
+        .enqueue(NewJob::new("report", json!({})).unique_key("daily-report"))
+        .await
+        .unwrap();
+    assert!(!again.is_duplicate());
+    assert_ne!(again.id(), first);
+    again.wait(WAIT).await.unwrap();
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_default_unique_key_is_queue_task_and_args_and_a_ttl_outlives_the_job() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let a = c
+        .enqueue(
+            NewJob::new("sync", json!({"user": 1, "full": true})).unique(Unique::UntilFinished),
+        )
+        .await
+        .unwrap();
+    // Same args in another key order: the same key.
+    let b = c
+        .enqueue(
+            NewJob::new("sync", json!({"full": true, "user": 1})).unique(Unique::UntilFinished),
+        )
+        .await
+        .unwrap();
+    assert!(b.is_duplicate());
+    assert_eq!(a.id(), b.id());
+    // Other args, other queue: other keys.
+    let other = c
+        .enqueue(NewJob::new("sync", json!({"user": 2})).unique(Unique::UntilFinished))
+        .await
+        .unwrap();
+    let queue = c
+        .enqueue(
+            NewJob::new("sync", json!({"user": 1, "full": true}))
+                .queue("q2")
+                .unique(Unique::UntilFinished),
+        )
+        .await
+        .unwrap();
+    assert!(!other.is_duplicate() && !queue.is_duplicate());
+
+    // TTL scope: a duplicate even after the first finished, until the TTL ends.
+    let ttl = Unique::For(Duration::from_millis(800));
+    let first = c
+        .enqueue(NewJob::new("ping", json!({})).unique(ttl))
+        .await
+        .unwrap();
+    let worker = Worker::builder(c)
+        .register_fn("ping", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    first.wait(WAIT).await.unwrap();
+    let dup = c
+        .enqueue(NewJob::new("ping", json!({})).unique(ttl))
+        .await
+        .unwrap();
+    assert!(dup.is_duplicate());
+    assert_eq!(dup.id(), first.id());
+    let later = eventually(WAIT, "TTL expired", || async {
+        let h = c
+            .enqueue(NewJob::new("ping", json!({})).unique(ttl))
+            .await
+            .ok()?;
+        (!h.is_duplicate()).then_some(h)
+    })
+    .await;
+    assert_ne!(later.id(), first.id());
+    later.wait(WAIT).await.unwrap();
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Counts how many jobs of each queue were started, in start order.
+async fn started_by_queue(db: &TestDb, first: i64) -> Vec<(String, i64)> {
+    sqlx::query_as(
+        "SELECT queue, count(*) FROM (SELECT queue FROM conveyor.jobs WHERE started_at IS NOT NULL
+                                      ORDER BY started_at, id LIMIT $1) s
+         GROUP BY 1 ORDER BY 1",
+    )
+    .bind(first)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+async fn fill(db: &TestDb, queue: &str, n: usize) {
+    let jobs = (0..n)
+        .map(|i| NewJob::new("noop", json!({ "i": i })).queue(queue))
+        .collect();
+    db.client.enqueue_many(jobs).await.unwrap();
+}
+
+#[tokio::test]
+async fn weighted_queues_share_claims_six_three_one() {
+    let db = TestDb::new().await;
+    for queue in ["critical", "default", "low"] {
+        fill(&db, queue, 3_000).await;
+    }
+    let worker = Worker::builder(&db.client)
+        .weighted_queues([("critical", 6), ("default", 3), ("low", 1)])
+        .concurrency(10)
+        .register_fn("noop", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(Duration::from_secs(60), "3,000 claims", || async {
+        (count_jobs(&db.pool, "started_at IS NOT NULL").await >= 3_000).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    let shares: Vec<(String, f64)> = started_by_queue(&db, 3_000)
+        .await
+        .into_iter()
+        .map(|(q, n)| (q, n as f64 / 30.0))
+        .collect();
+    let share = |q: &str| shares.iter().find(|s| s.0 == q).map_or(0.0, |s| s.1);
+    assert!((share("critical") - 60.0).abs() <= 5.0, "{shares:?}");
+    assert!((share("default") - 30.0).abs() <= 5.0, "{shares:?}");
+    assert!((share("low") - 10.0).abs() <= 5.0, "{shares:?}");
+    println!("weighted 6/3/1 over 3,000 claims: {shares:?}");
+}
+
+#[tokio::test]
+async fn strict_queues_drain_higher_queues_first() {
+    let db = TestDb::new().await;
+    fill(&db, "low", 300).await;
+    fill(&db, "critical", 300).await;
+    let worker = Worker::builder(&db.client)
+        .queues(["critical", "low"])
+        .concurrency(5)
+        .register_fn("noop", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "all done", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 600).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    // No low job started before the last critical one was claimed.
+    let (last_critical, first_low): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as(
+            "SELECT (SELECT max(started_at) FROM conveyor.jobs WHERE queue = 'critical'),
+                    (SELECT min(started_at) FROM conveyor.jobs WHERE queue = 'low')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        first_low >= last_critical,
+        "low started at {first_low}, critical until {last_critical}"
+    );
+}
+
+#[tokio::test]
+async fn pause_stops_claims_on_every_worker_and_resume_restarts_them_at_once() {
+    let db = TestDb::new().await;
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        workers.push(
+            Worker::builder(&db.client)
+                .queues(["media", "other"])
+                .safety_interval(Duration::from_secs(3600))
+                .register_fn("noop", |ctx, _| async move { Ok(json!(ctx.worker_id())) })
+                .start()
+                .unwrap(),
+        );
+    }
+    crate::common::wait_for_listen(&db.pool, 3).await;
+    sqlx::query("SELECT conveyor.pause_queue('media')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let paused: Vec<_> = {
+        let jobs = (0..20)
+            .map(|i| NewJob::new("noop", json!({ "i": i })).queue("media"))
+            .collect();
+        db.client.enqueue_many(jobs).await.unwrap()
+    };
+    // Every worker keeps claiming from the other queue meanwhile.
+    let others = {
+        let jobs = (0..60)
+            .map(|i| NewJob::new("noop", json!({ "i": i })).queue("other"))
+            .collect();
+        db.client.enqueue_many(jobs).await.unwrap()
+    };
+    for handle in &others {
+        handle.wait(WAIT).await.unwrap();
+    }
+    // Every worker claimed (media first, as it comes first in its list) while
+    // media was paused, and got nothing from it.
+    let workers_seen: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT result) FROM conveyor.jobs WHERE queue = 'other'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(workers_seen, 3);
+    assert_eq!(
+        count_jobs(&db.pool, "queue = 'media' AND state = 'pending'").await,
+        20
+    );
+
+    // Resume: the idle workers (safety interval of an hour) are woken at once.
+    sqlx::query("SELECT conveyor.resume_queue('media')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    for handle in &paused {
+        handle.wait(Duration::from_secs(5)).await.unwrap();
+    }
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_global_limit_of_three_holds_across_four_workers() {
+    let db = TestDb::new().await;
+    sqlx::query("SELECT conveyor.set_queue_limit('scarce', 3)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (running, peak) = (running.clone(), peak.clone());
+        workers.push(
+            Worker::builder(&db.client)
+                .queues(["scarce"])
+                .concurrency(10)
+                .register_fn("limited", move |_, _| {
+                    let (running, peak) = (running.clone(), peak.clone());
+                    async move {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok(Value::Null)
+                    }
+                })
+                .start()
+                .unwrap(),
+        );
+    }
+    let jobs = (0..120)
+        .map(|i| NewJob::new("limited", json!({ "i": i })).queue("scarce"))
+        .collect();
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    for handle in &handles {
+        handle.wait(WAIT).await.unwrap();
+    }
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 3, "{peak} ran at once");
+    assert_eq!(peak, 3, "the limit was reached, not undershot");
+    assert_eq!(count_jobs(&db.pool, "state = 'success'").await, 120);
+}
