@@ -572,6 +572,13 @@ impl Client {
         Ok(JobHandle::new(self.clone(), found.id, found.inserted))
     }
 
+    /// Deletes finished jobs older than `retention` allows, now (workers do
+    /// this periodically, see [`crate::WorkerBuilder::retention`]). Returns
+    /// how many jobs were deleted.
+    pub async fn prune(&self, retention: &crate::Retention) -> Result<u64> {
+        crate::maintenance::pruner::prune(self, retention).await
+    }
+
     /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the
     /// expected output type.
     pub fn handle<O>(&self, id: JobId) -> JobHandle<O> {

@@ -59,6 +59,7 @@ pub use client::{
 pub use error::{Error, Result};
 pub use handle::JobHandle;
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
+pub use maintenance::pruner::Retention;
 pub use migrate::{migrate, migrate_schema};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 pub use task::{Failure, Task, TaskContext, TaskError};

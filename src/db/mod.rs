@@ -49,6 +49,8 @@ pub(crate) struct Queries {
     enqueue_unique: &'static str,
     lock_queue: &'static str,
     queue_limits: &'static str,
+    prune: &'static str,
+    prune_leftovers: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -120,6 +122,8 @@ impl Queries {
             enqueue_unique: load(include_str!("enqueue_unique.sql")),
             lock_queue: load(include_str!("lock_queue.sql")),
             queue_limits: load(include_str!("queue_limits.sql")),
+            prune: load(include_str!("prune.sql")),
+            prune_leftovers: load(include_str!("prune_leftovers.sql")),
             create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
@@ -542,6 +546,51 @@ pub(crate) async fn release<'e>(
         .fetch_one(exec)
         .await?;
     Ok(row.try_get("released")?)
+}
+
+/// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
+/// other process is pruning right now; `None` when one is.
+pub(crate) async fn prune(
+    pool: &PgPool,
+    q: &Queries,
+    state: JobState,
+    age_secs: f64,
+    limit: i64,
+) -> Result<Option<u64>> {
+    use sqlx::Connection;
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let locked: bool = sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.pruner:' || $1, 0))",
+    )
+    .bind(q.schema)
+    .fetch_one(&mut *tx)
+    .await?;
+    if !locked {
+        return Ok(None);
+    }
+    let deleted = sqlx::query(q.prune)
+        .bind(state.as_str())
+        .bind(age_secs)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(Some(deleted))
+}
+
+/// Deletes finished workflows older than `age` with no jobs left, and
+/// expired unique keys.
+pub(crate) async fn prune_leftovers<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    age_secs: f64,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(q.prune_leftovers)
+        .bind(age_secs)
+        .fetch_one(exec)
+        .await?)
 }
 
 // --- migrations -----------------------------------------------------------

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::db;
 use crate::error::{Error, Result};
+use crate::maintenance::pruner::Retention;
 use crate::notify::{ListenEvent, spawn_listener};
 use crate::task::{Task, TaskContext, TaskError};
 use handler::{FnHandler, Handler, TypedHandler};
@@ -36,6 +37,8 @@ use handler::{FnHandler, Handler, TypedHandler};
 pub const DEFAULT_CONCURRENCY: usize = 10;
 /// Default lease: how long a claimed job stays held without renewal.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// Default time between two pruning passes.
+pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default time a cancelled handler gets to stop before it is aborted.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Default longest sleep of an idle worker without any notification.
@@ -53,6 +56,8 @@ pub struct WorkerBuilder {
     default_timeout: Option<Duration>,
     cancel_grace: Duration,
     rescue_interval: Option<Duration>,
+    retention: Retention,
+    prune_interval: Duration,
     worker_id: Option<String>,
     handlers: HashMap<String, Arc<dyn Handler>>,
 }
@@ -102,6 +107,8 @@ impl Worker {
             default_timeout: None,
             cancel_grace: DEFAULT_CANCEL_GRACE,
             rescue_interval: None,
+            retention: Retention::default(),
+            prune_interval: DEFAULT_PRUNE_INTERVAL,
             worker_id: None,
             handlers: HashMap::new(),
         }
@@ -164,6 +171,17 @@ impl WorkerBuilder {
     /// before it is aborted (default 5 s). A timed-out handler is aborted at once.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
+        self
+    }
+    /// How long finished jobs are kept (default [`Retention::default`]: 7
+    /// days, failures 30). Workers take turns pruning, by advisory lock.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+    /// How often the pruner runs (default 60 s).
+    pub fn prune_interval(mut self, every: Duration) -> Self {
+        self.prune_interval = every;
         self
     }
     /// How often this worker looks for jobs whose lease expired (default:
@@ -261,6 +279,11 @@ impl WorkerBuilder {
             client.clone(),
             self.rescue_interval.unwrap_or(self.lease / 2),
         ));
+        let pruner = tokio::spawn(crate::maintenance::pruner::run(
+            client.clone(),
+            self.retention,
+            self.prune_interval,
+        ));
         let completer = tokio::spawn(completer::run(client.clone(), outcomes_rx, self.lease));
         let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
         task_names.sort();
@@ -293,6 +316,7 @@ impl WorkerBuilder {
             let helpers = AbortOnDrop(vec![
                 heartbeat.abort_handle(),
                 rescuer.abort_handle(),
+                pruner.abort_handle(),
                 listener.abort_handle(),
                 completer.abort_handle(),
             ]);

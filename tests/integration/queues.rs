@@ -309,3 +309,74 @@ async fn a_global_limit_of_three_holds_across_four_workers() {
     assert_eq!(peak, 3, "the limit was reached, not undershot");
     assert_eq!(count_jobs(&db.pool, "state = 'success'").await, 120);
 }
+
+#[tokio::test]
+async fn the_pruner_removes_exactly_the_rows_past_their_age() {
+    let db = TestDb::new().await;
+    // (state, finished this many days ago, expected to survive default retention)
+    let rows = [
+        ("success", 2.0, true),
+        ("success", 6.9, true),
+        ("success", 7.1, false),
+        ("failure", 7.1, true),
+        ("failure", 29.9, true),
+        ("failure", 30.1, false),
+        ("cancelled", 6.0, true),
+        ("cancelled", 8.0, false),
+    ];
+    let mut keep = Vec::new();
+    let mut gone = Vec::new();
+    for (state, days, survives) in rows {
+        let id: uuid::Uuid = sqlx::query_scalar(
+            "INSERT INTO conveyor.jobs (task, state, attempt, finished_at)
+             VALUES ('old', $1, 1, now() - make_interval(secs => $2 * 86400)) RETURNING id",
+        )
+        .bind(state)
+        .bind(days)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if survives {
+            keep.push(id)
+        } else {
+            gone.push(id)
+        }
+    }
+    // Unfinished jobs are never pruned, however old.
+    let old_pending: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO conveyor.jobs (task, created_at, run_at) VALUES ('old', now() - interval '1 year', now() + interval '1 day')
+         RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    keep.push(old_pending);
+
+    let deleted = db
+        .client
+        .prune(&conveyor::Retention::default())
+        .await
+        .unwrap();
+    assert_eq!(deleted, gone.len() as u64);
+    let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM conveyor.jobs ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    keep.sort();
+    assert_eq!(left, keep);
+    // A custom retention, and "forever".
+    assert_eq!(
+        db.client
+            .prune(&conveyor::Retention::forever())
+            .await
+            .unwrap(),
+        0
+    );
+    let short = conveyor::Retention {
+        success: Some(Duration::from_secs(86_400)),
+        ..conveyor::Retention::forever()
+    };
+    assert_eq!(db.client.prune(&short).await.unwrap(), 2);
+    assert_eq!(count_jobs(&db.pool, "state = 'success'").await, 0);
+    assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 2);
+}

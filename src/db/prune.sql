@@ -1,0 +1,11 @@
+-- Delete up to $3 finished jobs in state $1 that finished more than $2
+-- seconds ago, oldest first. Small batches with SKIP LOCKED: never waits on
+-- (or blocks) a worker for long.
+WITH doomed AS (
+    SELECT id FROM conveyor.jobs
+    WHERE state = $1 AND finished_at < now() - make_interval(secs => $2)
+    ORDER BY finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM conveyor.jobs j USING doomed WHERE j.id = doomed.id

@@ -1,0 +1,96 @@
+//! The pruner: deletes finished jobs once they are older than the retention
+//! set for their final state, in small batches (one process at a time, by
+//! advisory lock; `SKIP LOCKED` keeps it out of the workers' way).
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::db;
+use crate::error::Result;
+use crate::job::JobState;
+
+/// Jobs deleted per statement.
+const BATCH: i64 = 1_000;
+
+/// How long finished jobs are kept, per final state (`None`: forever).
+///
+/// The default keeps successes and cancellations for 7 days and failures
+/// (the dead letter) for 30 days: long enough to debug and to re-queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Jobs that succeeded.
+    pub success: Option<Duration>,
+    /// Jobs that failed for good.
+    pub failure: Option<Duration>,
+    /// Jobs that were cancelled.
+    pub cancelled: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        Retention {
+            success: Some(Duration::from_secs(7 * DAY)),
+            failure: Some(Duration::from_secs(30 * DAY)),
+            cancelled: Some(Duration::from_secs(7 * DAY)),
+        }
+    }
+}
+
+impl Retention {
+    /// Keep everything forever (no pruning).
+    pub fn forever() -> Self {
+        Retention {
+            success: None,
+            failure: None,
+            cancelled: None,
+        }
+    }
+
+    fn rules(&self) -> [(JobState, Option<Duration>); 3] {
+        [
+            (JobState::Success, self.success),
+            (JobState::Failure, self.failure),
+            (JobState::Cancelled, self.cancelled),
+        ]
+    }
+}
+
+/// One full pass: deletes every job past its retention (batch by batch),
+/// then workflows and unique keys left behind. Returns how many jobs were
+/// deleted (0 if another process was pruning).
+pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<u64> {
+    let inner = &client.inner;
+    let mut deleted = 0;
+    for (state, keep) in retention.rules() {
+        let Some(keep) = keep else { continue };
+        loop {
+            match db::prune(&inner.pool, inner.queries, state, keep.as_secs_f64(), BATCH).await? {
+                Some(n) => {
+                    deleted += n;
+                    if n < BATCH as u64 {
+                        break;
+                    }
+                }
+                None => return Ok(deleted),
+            }
+        }
+    }
+    if let Some(longest) = retention.rules().iter().filter_map(|r| r.1).max() {
+        db::prune_leftovers(&inner.pool, inner.queries, longest.as_secs_f64()).await?;
+    }
+    Ok(deleted)
+}
+
+pub(crate) async fn run(client: Client, retention: Retention, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match prune(&client, &retention).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "conveyor: pruned finished jobs"),
+            Err(error) => tracing::warn!(%error, "conveyor: pruning failed"),
+        }
+    }
+}
