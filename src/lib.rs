@@ -59,12 +59,13 @@ pub use client::{
 pub use error::{Error, Result};
 pub use handle::JobHandle;
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
+pub use maintenance::periodic::{Missed, Periodic};
 pub use maintenance::pruner::Retention;
 pub use migrate::{migrate, migrate_schema};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 pub use task::{Failure, Task, TaskContext, TaskError};
 pub use worker::{
-    DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ShutdownReport, Worker,
+    DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ENV_VARS, ShutdownReport, Worker,
     WorkerBuilder, WorkerHandle,
 };
 pub use workflow::{

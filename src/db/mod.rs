@@ -51,6 +51,8 @@ pub(crate) struct Queries {
     queue_limits: &'static str,
     prune: &'static str,
     prune_leftovers: &'static str,
+    periodic_last_slots: &'static str,
+    periodic_record_slot: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -124,6 +126,8 @@ impl Queries {
             queue_limits: load(include_str!("queue_limits.sql")),
             prune: load(include_str!("prune.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
+            periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
+            periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
             create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
@@ -310,31 +314,34 @@ pub(crate) async fn promote<'e>(
     })
 }
 
+/// What to claim, for whom.
+pub(crate) struct Claim<'a> {
+    pub queue: &'a str,
+    /// Task names the worker has handlers for.
+    pub tasks: &'a [String],
+    pub limit: i64,
+    pub lease_secs: f64,
+    pub worker_id: &'a str,
+    /// The queue has a global concurrency limit.
+    pub limited: bool,
+}
+
 /// Claims up to `limit` jobs of `queue`. With a global concurrency limit
 /// the claim runs in a transaction after locking the queue's row.
-pub(crate) async fn claim(
-    pool: &PgPool,
-    q: &Queries,
-    queue: &str,
-    tasks: &[String],
-    limit: i64,
-    lease_secs: f64,
-    worker_id: &str,
-    limited: bool,
-) -> Result<Vec<Job>> {
+pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Vec<Job>> {
     let claim = |concurrency: Option<i32>| {
         sqlx::query_as::<_, Job>(q.claim)
-            .bind(queue)
-            .bind(tasks)
-            .bind(limit)
-            .bind(lease_secs)
-            .bind(worker_id)
+            .bind(c.queue)
+            .bind(c.tasks)
+            .bind(c.limit)
+            .bind(c.lease_secs)
+            .bind(c.worker_id)
             .bind(concurrency)
     };
-    let mut jobs = if limited {
+    let mut jobs = if c.limited {
         let mut tx = pool.begin().await?;
         let concurrency: Option<i32> = sqlx::query_scalar(q.lock_queue)
-            .bind(queue)
+            .bind(c.queue)
             .fetch_optional(&mut *tx)
             .await?;
         let jobs = claim(concurrency).fetch_all(&mut *tx).await?;
@@ -591,6 +598,50 @@ pub(crate) async fn prune_leftovers<'e>(
         .bind(age_secs)
         .fetch_one(exec)
         .await?)
+}
+
+/// Takes the periodic scheduler's leadership on `conn` (a session lock, held
+/// until released or the connection ends); false if another process has it.
+pub(crate) async fn try_lead_periodic(conn: &mut PgConnection, q: &Queries) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT pg_try_advisory_lock(hashtextextended('conveyor.periodic:' || $1, 0))",
+    )
+    .bind(q.schema)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
+/// Whether the leader's connection is still alive.
+pub(crate) async fn ping(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SELECT 1").execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The latest slot enqueued for each of `names`.
+pub(crate) async fn periodic_last_slots<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    names: &[String],
+) -> Result<HashMap<String, DateTime<Utc>>> {
+    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(q.periodic_last_slots)
+        .bind(names)
+        .fetch_all(exec)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+pub(crate) async fn periodic_record_slot<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    name: &str,
+    slot: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(q.periodic_record_slot)
+        .bind(name)
+        .bind(slot)
+        .execute(exec)
+        .await?;
+    Ok(())
 }
 
 // --- migrations -----------------------------------------------------------

@@ -7,6 +7,7 @@
 //! renews leases, and a listener wakes the producer on NOTIFY.
 
 mod completer;
+mod config;
 mod executor;
 mod handler;
 mod heartbeat;
@@ -28,9 +29,11 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::db;
 use crate::error::{Error, Result};
+use crate::maintenance::periodic::Periodic;
 use crate::maintenance::pruner::Retention;
 use crate::notify::{ListenEvent, spawn_listener};
 use crate::task::{Task, TaskContext, TaskError};
+pub use config::ENV_VARS;
 use handler::{FnHandler, Handler, TypedHandler};
 
 /// Default number of jobs a worker runs at once.
@@ -58,6 +61,7 @@ pub struct WorkerBuilder {
     rescue_interval: Option<Duration>,
     retention: Retention,
     prune_interval: Duration,
+    periodic: Vec<Periodic>,
     worker_id: Option<String>,
     handlers: HashMap<String, Arc<dyn Handler>>,
 }
@@ -109,6 +113,7 @@ impl Worker {
             rescue_interval: None,
             retention: Retention::default(),
             prune_interval: DEFAULT_PRUNE_INTERVAL,
+            periodic: Vec::new(),
             worker_id: None,
             handlers: HashMap::new(),
         }
@@ -179,6 +184,13 @@ impl WorkerBuilder {
         self.retention = retention;
         self
     }
+    /// Adds a periodic job. Every worker process may register the same
+    /// schedules: one at a time leads (advisory lock) and enqueues each slot
+    /// exactly once; the job runs on any worker serving its queue.
+    pub fn periodic(mut self, periodic: Periodic) -> Self {
+        self.periodic.push(periodic);
+        self
+    }
     /// How often the pruner runs (default 60 s).
     pub fn prune_interval(mut self, every: Duration) -> Self {
         self.prune_interval = every;
@@ -195,6 +207,17 @@ impl WorkerBuilder {
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
         self
+    }
+    /// Overrides settings from environment variables (see [`ENV_VARS`]):
+    /// `CONVEYOR_QUEUES=critical=6,default=3,low=1`, `CONVEYOR_CONCURRENCY=50`,
+    /// `CONVEYOR_LEASE_SECS=30`, `CONVEYOR_RETAIN_SUCCESS_SECS=86400`…
+    /// Fails with [`Error::Config`] naming the variable on a bad value.
+    pub fn from_env(self) -> Result<Self> {
+        config::apply(self, |name| std::env::var(name).ok())
+    }
+    /// Like [`WorkerBuilder::from_env`], reading variables from `lookup`.
+    pub fn from_vars(self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        config::apply(self, lookup)
     }
     /// Registers a typed task; the worker claims jobs named `T::NAME`.
     pub fn register<T: Task>(mut self, task: T) -> Self {
@@ -284,6 +307,12 @@ impl WorkerBuilder {
             self.retention,
             self.prune_interval,
         ));
+        let periodic = (!self.periodic.is_empty()).then(|| {
+            tokio::spawn(crate::maintenance::periodic::run(
+                client.clone(),
+                Arc::new(self.periodic),
+            ))
+        });
         let completer = tokio::spawn(completer::run(client.clone(), outcomes_rx, self.lease));
         let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
         task_names.sort();
@@ -313,13 +342,14 @@ impl WorkerBuilder {
         let id = worker_id.clone();
         let task = tokio::spawn(async move {
             // Aborting this task (dropping the handle) aborts the helpers too.
-            let helpers = AbortOnDrop(vec![
+            let mut helpers = AbortOnDrop(vec![
                 heartbeat.abort_handle(),
                 rescuer.abort_handle(),
                 pruner.abort_handle(),
                 listener.abort_handle(),
                 completer.abort_handle(),
             ]);
+            helpers.0.extend(periodic.map(|task| task.abort_handle()));
             let unfinished = producer.run().await;
             // Every executor is done and the producer's sender is gone: the
             // completer ends once it has written what is left.

@@ -161,17 +161,15 @@ impl Producer {
                     continue;
                 }
                 let queue = &self.queues[queue];
-                let jobs = db::claim(
-                    &inner.pool,
-                    inner.queries,
+                let claim = db::Claim {
                     queue,
-                    &self.task_names,
-                    take as i64,
-                    self.lease.as_secs_f64(),
-                    &self.worker_id,
-                    self.limited.contains(queue),
-                )
-                .await?;
+                    tasks: &self.task_names,
+                    limit: take as i64,
+                    lease_secs: self.lease.as_secs_f64(),
+                    worker_id: &self.worker_id,
+                    limited: self.limited.contains(queue),
+                };
+                let jobs = db::claim(&inner.pool, inner.queries, &claim).await?;
                 want -= jobs.len().min(want);
                 for job in jobs {
                     let Some(handler) = self.handlers.get(&job.task).cloned() else {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cluster::Cluster;
-use conveyor::{Client, JobState, NewJob, Worker};
+use conveyor::{Client, JobState, NewJob, Periodic, Worker};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -58,7 +58,14 @@ async fn worker_process() {
         .connect_lazy(&url)
         .expect("database url");
     let client = Client::new(pool);
-    let worker = Worker::builder(&client)
+    let mut builder = Worker::builder(&client);
+    if std::env::var("CHAOS_PERIODIC").is_ok() {
+        builder = builder.periodic(Periodic::every("tick", Duration::from_secs(1), |slot| {
+            NewJob::new("tick", json!({ "slot": slot }))
+        }));
+    }
+    let worker = builder
+        .register_fn("tick", |_, _| async move { Ok(Value::Null) })
         .concurrency(10)
         .lease(lease)
         .rescue_interval(Duration::from_millis(500))
@@ -99,7 +106,12 @@ struct Proc {
 }
 
 fn spawn_worker(url: &str, log: PathBuf, lease_ms: u64) -> Proc {
+    spawn_worker_with(url, log, lease_ms, &[])
+}
+
+fn spawn_worker_with(url: &str, log: PathBuf, lease_ms: u64, env: &[(&str, &str)]) -> Proc {
     let child = Command::new(std::env::current_exe().expect("test binary"))
+        .envs(env.iter().copied())
         .args([
             "--exact",
             "worker_process",
@@ -347,6 +359,53 @@ async fn a_worker_killed_mid_job_has_the_job_retried_after_the_lease_expires() {
     println!(
         "killed mid-job at {killed_at}; lease expired at {lease}; attempt 2 started at {}",
         job.started_at.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_periodic_job_every_second_on_four_processes_runs_once_per_slot() {
+    let _serial = SERIAL.lock().await;
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let pool = connect(&url).await;
+    conveyor::migrate(&pool).await.unwrap();
+    let logs = cluster.dir().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let started = chrono::Utc::now();
+    let mut procs: Vec<Proc> = (0..4)
+        .map(|n| {
+            spawn_worker_with(
+                &url,
+                logs.join(format!("p{n}.log")),
+                3_000,
+                &[("CHAOS_PERIODIC", "1")],
+            )
+        })
+        .collect();
+    // The acceptance window: 20 seconds of four processes sharing one schedule.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let stopped = chrono::Utc::now();
+    for proc in &mut procs {
+        kill(proc);
+    }
+    let (jobs, slots, ran): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT args->>'slot'), count(*) FILTER (WHERE state = 'success')
+         FROM conveyor.jobs WHERE task = 'tick' AND (args->>'slot')::timestamptz BETWEEN $1 AND $2",
+    )
+    .bind(started)
+    .bind(stopped)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    println!("periodic: {jobs} jobs for {slots} one-second slots in 20 s, {ran} ran, 4 processes");
+    assert_eq!(jobs, slots, "no slot twice");
+    assert!((19..=21).contains(&slots), "{slots} slots in 20 s");
+    assert!(
+        ran >= slots - 1,
+        "{ran} of {slots} ran (the last may be in flight)"
     );
 }
 

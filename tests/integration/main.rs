@@ -5,6 +5,7 @@ mod common;
 mod enqueue;
 mod faults;
 mod migrate;
+mod periodic;
 mod queues;
 mod retries;
 mod worker;

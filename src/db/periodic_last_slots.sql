@@ -1,0 +1,1 @@
+SELECT name, last_slot FROM conveyor.periodic WHERE name = ANY($1)

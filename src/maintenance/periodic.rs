@@ -1,0 +1,239 @@
+//! Periodic jobs: cron expressions (with a time zone) and fixed intervals,
+//! registered in code. One process at a time schedules (the leader, elected
+//! by a session advisory lock); every slot's job gets an id derived from the
+//! schedule's name and the slot, so a slot is enqueued once even if two
+//! processes briefly both think they lead.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{Connection, PgConnection};
+
+use crate::client::{Client, NewJob};
+use crate::db;
+use crate::error::{Error, Result};
+use crate::job::job_id_from_key;
+
+/// What a new leader does about slots that passed while no process led.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missed {
+    /// Forget them; go on from the next slot.
+    Skip,
+    /// Enqueue the latest missed slot once, then go on.
+    EnqueueOnce,
+}
+
+#[derive(Clone)]
+enum Schedule {
+    Cron(Box<cron::Schedule>, chrono_tz::Tz),
+    Every(Duration),
+}
+
+/// A periodic job: a schedule, and the job to enqueue at each slot.
+///
+/// ```
+/// use std::time::Duration;
+/// use conveyor::{Missed, NewJob, Periodic};
+///
+/// // Weekdays at 09:00 in Paris; a missed slot is enqueued once on takeover.
+/// let report = Periodic::cron("daily-report", "0 0 9 * * Mon-Fri", "Europe/Paris", |slot| {
+///     NewJob::new("report", serde_json::json!({ "for": slot }))
+/// })?
+/// .missed(Missed::EnqueueOnce);
+/// // Every 30 seconds, aligned on the Unix epoch.
+/// let heartbeat = Periodic::every("heartbeat", Duration::from_secs(30), |_| {
+///     NewJob::new("ping", serde_json::json!({}))
+/// });
+/// # Ok::<(), conveyor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Periodic {
+    name: String,
+    schedule: Schedule,
+    missed: Missed,
+    make: Arc<dyn Fn(DateTime<Utc>) -> NewJob<Value> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Periodic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Periodic")
+            .field("name", &self.name)
+            .field("missed", &self.missed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Periodic {
+    /// A cron schedule: `sec min hour day-of-month month day-of-week [year]`
+    /// (the `cron` crate's syntax), in the IANA time zone `tz` (`"UTC"`,
+    /// `"Europe/Paris"`…). `make` builds the job for each slot.
+    pub fn cron(
+        name: impl Into<String>,
+        expression: &str,
+        tz: &str,
+        make: impl Fn(DateTime<Utc>) -> NewJob<Value> + Send + Sync + 'static,
+    ) -> Result<Periodic> {
+        let schedule = cron::Schedule::from_str(expression)
+            .map_err(|e| Error::Config(format!("cron expression `{expression}`: {e}")))?;
+        let tz = chrono_tz::Tz::from_str(tz)
+            .map_err(|e| Error::Config(format!("time zone `{tz}`: {e}")))?;
+        Ok(Periodic {
+            name: name.into(),
+            schedule: Schedule::Cron(Box::new(schedule), tz),
+            missed: Missed::Skip,
+            make: Arc::new(make),
+        })
+    }
+
+    /// Every `interval`, on slots aligned to the Unix epoch (so every process
+    /// computes the same slots).
+    pub fn every(
+        name: impl Into<String>,
+        interval: Duration,
+        make: impl Fn(DateTime<Utc>) -> NewJob<Value> + Send + Sync + 'static,
+    ) -> Periodic {
+        Periodic {
+            name: name.into(),
+            schedule: Schedule::Every(interval.max(Duration::from_millis(1))),
+            missed: Missed::Skip,
+            make: Arc::new(make),
+        }
+    }
+
+    /// What to do about slots missed while no worker ran (default: skip).
+    pub fn missed(mut self, missed: Missed) -> Self {
+        self.missed = missed;
+        self
+    }
+
+    /// The schedule's name (`conveyor.periodic.name`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The first slot strictly after `t`.
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match &self.schedule {
+            Schedule::Cron(schedule, tz) => schedule
+                .after(&t.with_timezone(tz))
+                .next()
+                .map(|slot| slot.with_timezone(&Utc)),
+            Schedule::Every(interval) => {
+                let step = i64::try_from(interval.as_millis()).ok()?.max(1);
+                let now = t.timestamp_millis();
+                let next = (now.div_euclid(step) + 1) * step;
+                DateTime::from_timestamp_millis(next)
+            }
+        }
+    }
+
+    /// The job for `slot`, with its slot-derived id.
+    fn job(&self, slot: DateTime<Utc>) -> NewJob<Value> {
+        let key = format!(
+            "conveyor.periodic:{}:{}",
+            self.name,
+            slot.timestamp_millis()
+        );
+        (self.make)(slot).id(job_id_from_key(&key))
+    }
+}
+
+/// How often a follower tries to become leader, and the leader checks it still is.
+const LEADER_CHECK: Duration = Duration::from_secs(2);
+
+pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>) {
+    loop {
+        let options = (*client.pool().connect_options()).clone();
+        let conn = PgConnection::connect_with(&options).await;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(error) => {
+                tracing::debug!(%error, "conveyor: periodic scheduler cannot connect");
+                tokio::time::sleep(LEADER_CHECK).await;
+                continue;
+            }
+        };
+        match db::try_lead_periodic(&mut conn, client.inner.queries).await {
+            Ok(true) => {
+                tracing::info!("conveyor: leading the periodic scheduler");
+                if let Err(error) = lead(&client, &mut conn, &schedules).await {
+                    tracing::warn!(%error, "conveyor: periodic scheduler stepped down");
+                }
+            }
+            Ok(false) => {}
+            Err(error) => tracing::debug!(%error, "conveyor: periodic leadership check failed"),
+        }
+        // Closing the connection releases the lock, if held.
+        let _ = conn.close().await;
+        tokio::time::sleep(LEADER_CHECK).await;
+    }
+}
+
+/// Enqueues slots as they come, until the leadership connection fails.
+async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) -> Result<()> {
+    let inner = &client.inner;
+    let names: Vec<String> = schedules.iter().map(|p| p.name.clone()).collect();
+    let last = db::periodic_last_slots(&inner.pool, inner.queries, &names).await?;
+    let now = Utc::now();
+    let mut next = Vec::with_capacity(schedules.len());
+    for periodic in schedules {
+        if let (Missed::EnqueueOnce, Some(last)) = (periodic.missed, last.get(&periodic.name))
+            && let Some(missed) = latest_slot_between(periodic, *last, now)
+        {
+            enqueue(client, periodic, missed).await?;
+        }
+        next.push(periodic.next_after(now));
+    }
+    loop {
+        let Some((index, slot)) = next
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| slot.map(|s| (i, s)))
+            .min_by_key(|(_, slot)| *slot)
+        else {
+            return Ok(()); // no schedule has a future slot
+        };
+        let wait = (slot - Utc::now()).to_std().unwrap_or_default();
+        if wait > LEADER_CHECK {
+            tokio::time::sleep(LEADER_CHECK).await;
+            db::ping(conn).await?;
+            continue;
+        }
+        tokio::time::sleep(wait).await;
+        enqueue(client, &schedules[index], slot).await?;
+        next[index] = schedules[index].next_after(slot);
+    }
+}
+
+/// The latest slot in `(after, until]`, if any (bounded search).
+fn latest_slot_between(
+    periodic: &Periodic,
+    after: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let mut latest = None;
+    let mut t = after;
+    for _ in 0..100_000 {
+        match periodic.next_after(t) {
+            Some(slot) if slot <= until => {
+                latest = Some(slot);
+                t = slot;
+            }
+            _ => break,
+        }
+    }
+    latest
+}
+
+async fn enqueue(client: &Client, periodic: &Periodic, slot: DateTime<Utc>) -> Result<()> {
+    let handle = client.enqueue(periodic.job(slot)).await?;
+    let inner = &client.inner;
+    db::periodic_record_slot(&inner.pool, inner.queries, &periodic.name, slot).await?;
+    if !handle.is_duplicate() {
+        tracing::debug!(schedule = %periodic.name, %slot, "conveyor: enqueued periodic job");
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Periodic jobs: slots, leadership, missed slots.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use conveyor::{Missed, NewJob, Periodic, Worker};
+use serde_json::{Value, json};
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+
+fn tick(slot: chrono::DateTime<Utc>) -> NewJob<Value> {
+    NewJob::new("tick", json!({ "slot": slot }))
+}
+
+#[test]
+fn slots_follow_the_schedule_and_its_time_zone() {
+    let every = Periodic::every("e", Duration::from_secs(15), tick);
+    let t = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 7).unwrap();
+    assert_eq!(
+        every.next_after(t),
+        Some(Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 15).unwrap())
+    );
+    let at_slot = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 15).unwrap();
+    assert_eq!(
+        every.next_after(at_slot),
+        Some(Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 30).unwrap())
+    );
+    // 09:00 in Paris is 08:00 UTC in November.
+    let cron = Periodic::cron("c", "0 0 9 * * *", "Europe/Paris", tick).unwrap();
+    assert_eq!(
+        cron.next_after(t),
+        Some(Utc.with_ymd_and_hms(2026, 11, 23, 8, 0, 0).unwrap())
+    );
+    assert!(Periodic::cron("bad", "not cron", "UTC", tick).is_err());
+    assert!(Periodic::cron("bad", "0 0 9 * * *", "Mars/Olympus", tick).is_err());
+}
+
+#[tokio::test]
+async fn many_workers_enqueue_each_slot_once() {
+    let db = TestDb::new().await;
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        workers.push(
+            Worker::builder(&db.client)
+                .periodic(Periodic::every("fast", Duration::from_millis(200), tick))
+                .register_fn("tick", |_, _| async move { Ok(Value::Null) })
+                .start()
+                .unwrap(),
+        );
+    }
+    eventually(WAIT, "ten slots ran", || async {
+        (count_jobs(&db.pool, "task = 'tick' AND state = 'success'").await >= 10).then_some(())
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
+    let (jobs, slots): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT args->>'slot') FROM conveyor.jobs WHERE task = 'tick'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(jobs, slots, "no slot twice");
+    // Consecutive slots, 200 ms apart: none skipped while a leader ran.
+    let gaps: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM s - lag(s) OVER (ORDER BY s))::float8 FROM
+           (SELECT (args->>'slot')::timestamptz AS s FROM conveyor.jobs WHERE task = 'tick') t
+         OFFSET 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(gaps.iter().all(|g| (g - 0.2).abs() < 1e-6), "{gaps:?}");
+}
+
+#[tokio::test]
+async fn a_missed_slot_is_enqueued_once_or_skipped_as_configured() {
+    let db = TestDb::new().await;
+    // Both schedules last ran three hours ago; slots are hourly.
+    sqlx::query(
+        "INSERT INTO conveyor.periodic (name, last_slot)
+         VALUES ('catch-up', now() - interval '3 hours'), ('skip', now() - interval '3 hours')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let hourly = |name: &'static str| {
+        Periodic::every(name, Duration::from_secs(3600), move |slot| {
+            NewJob::new("tick", json!({ "schedule": name, "slot": slot }))
+        })
+    };
+    let worker = Worker::builder(&db.client)
+        .periodic(hourly("catch-up").missed(Missed::EnqueueOnce))
+        .periodic(hourly("skip").missed(Missed::Skip))
+        .register_fn("tick", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    let slot: String = eventually(WAIT, "the missed slot", || async {
+        sqlx::query_scalar(
+            "SELECT args->>'slot' FROM conveyor.jobs WHERE args->>'schedule' = 'catch-up'",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .ok()?
+    })
+    .await;
+    let slot: chrono::DateTime<Utc> = slot.parse().unwrap();
+    // The latest full hour that passed.
+    let now = Utc::now();
+    assert!(
+        slot <= now && now - slot < chrono::TimeDelta::hours(1),
+        "{slot}"
+    );
+    worker.shutdown(WAIT).await.unwrap();
+    assert_eq!(
+        count_jobs(&db.pool, "args->>'schedule' = 'catch-up'").await,
+        1,
+        "once, not three times"
+    );
+    assert_eq!(count_jobs(&db.pool, "args->>'schedule' = 'skip'").await, 0);
+}
