@@ -579,6 +579,51 @@ impl Client {
         crate::maintenance::pruner::prune(self, retention).await
     }
 
+    /// Pauses `queue` for every worker: nothing more is claimed from it;
+    /// running jobs finish (`conveyor.pause_queue`).
+    pub async fn pause_queue(&self, queue: &str) -> Result<()> {
+        db::set_queue(
+            &self.inner.pool,
+            self.inner.queries,
+            queue,
+            db::QueueSetting::Pause,
+        )
+        .await
+    }
+
+    /// Resumes `queue` and wakes idle workers at once (`conveyor.resume_queue`).
+    pub async fn resume_queue(&self, queue: &str) -> Result<()> {
+        db::set_queue(
+            &self.inner.pool,
+            self.inner.queries,
+            queue,
+            db::QueueSetting::Resume,
+        )
+        .await
+    }
+
+    /// At most `limit` jobs of `queue` started at once across all workers
+    /// (`None` removes the limit).
+    pub async fn set_queue_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
+        let limit = limit.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let setting = db::QueueSetting::Limit(limit);
+        db::set_queue(&self.inner.pool, self.inner.queries, queue, setting).await
+    }
+
+    /// At most `starts` jobs of `queue` started per `period` across all
+    /// workers, counted in fixed windows (so up to twice that in any sliding
+    /// window straddling two); `None` removes it.
+    pub async fn set_queue_rate_limit(
+        &self,
+        queue: &str,
+        rate: Option<(u32, Duration)>,
+    ) -> Result<()> {
+        let rate =
+            rate.map(|(n, period)| (i32::try_from(n).unwrap_or(i32::MAX), period.as_secs_f64()));
+        let setting = db::QueueSetting::Rate(rate);
+        db::set_queue(&self.inner.pool, self.inner.queries, queue, setting).await
+    }
+
     /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the
     /// expected output type.
     pub fn handle<O>(&self, id: JobId) -> JobHandle<O> {

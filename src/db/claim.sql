@@ -3,15 +3,17 @@
 -- planner cannot lock (and update) more rows than the LIMIT. Only tasks the
 -- worker has handlers for are claimed; run_at <= now() guards hand-inserted
 -- rows that are 'pending' with a future run_at. A paused queue gives nothing.
--- $6 is the queue's global concurrency limit (NULL: none): the caller then
--- runs this right after locking the queue's row (conveyor.queues) in the same
--- transaction, so the count of started jobs below is current.
+-- $6 is the queue's global concurrency limit and $7 the room left in its
+-- rate window (NULL: none): the caller then runs this right after locking the
+-- queue's row (conveyor.queues) in the same transaction, so the count of
+-- started jobs below is current.
 WITH room AS (
-    SELECT CASE WHEN $6::int IS NULL THEN $3::bigint
-                ELSE greatest(0, least($3::bigint, $6::int - (
-                    SELECT count(*) FROM conveyor.jobs
-                    WHERE state = 'started' AND queue = $1)))
-           END AS n
+    SELECT greatest(0, least(
+               $3::bigint,
+               coalesce($7::int, $3::bigint),
+               CASE WHEN $6::int IS NULL THEN $3::bigint
+                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs
+                                    WHERE state = 'started' AND queue = $1) END)) AS n
 ),
 picked AS (
     SELECT id FROM conveyor.jobs

@@ -49,6 +49,8 @@ pub(crate) struct Queries {
     enqueue_unique: &'static str,
     lock_queue: &'static str,
     queue_limits: &'static str,
+    count_starts: &'static str,
+    queue_settings: &'static str,
     prune: &'static str,
     prune_leftovers: &'static str,
     periodic_last_slots: &'static str,
@@ -124,6 +126,8 @@ impl Queries {
             enqueue_unique: load(include_str!("enqueue_unique.sql")),
             lock_queue: load(include_str!("lock_queue.sql")),
             queue_limits: load(include_str!("queue_limits.sql")),
+            count_starts: load(include_str!("count_starts.sql")),
+            queue_settings: load(include_str!("queue_settings.sql")),
             prune: load(include_str!("prune.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
@@ -326,10 +330,18 @@ pub(crate) struct Claim<'a> {
     pub limited: bool,
 }
 
-/// Claims up to `limit` jobs of `queue`. With a global concurrency limit
+/// What a claim on a limited queue found.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    pub jobs: Vec<Job>,
+    /// The rate window is used up until then.
+    pub rate_limited_until: Option<DateTime<Utc>>,
+}
+
+/// Claims up to `limit` jobs of `queue`. With a concurrency or rate limit
 /// the claim runs in a transaction after locking the queue's row.
-pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Vec<Job>> {
-    let claim = |concurrency: Option<i32>| {
+pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Claimed> {
+    let claim = |concurrency: Option<i32>, rate_room: Option<i32>| {
         sqlx::query_as::<_, Job>(q.claim)
             .bind(c.queue)
             .bind(c.tasks)
@@ -337,39 +349,83 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<V
             .bind(c.lease_secs)
             .bind(c.worker_id)
             .bind(concurrency)
+            .bind(rate_room)
     };
-    let mut jobs = if c.limited {
+    let mut claimed = Claimed::default();
+    if c.limited {
         let mut tx = pool.begin().await?;
-        let concurrency: Option<i32> = sqlx::query_scalar(q.lock_queue)
+        // (concurrency limit, room left in the rate window, window end)
+        type Limits = (Option<i32>, Option<i32>, Option<DateTime<Utc>>);
+        let limits: Option<Limits> = sqlx::query_as(q.lock_queue)
             .bind(c.queue)
             .fetch_optional(&mut *tx)
             .await?;
-        let jobs = claim(concurrency).fetch_all(&mut *tx).await?;
+        let (concurrency, rate_room, window_end) = limits.unwrap_or_default();
+        claimed.jobs = claim(concurrency, rate_room).fetch_all(&mut *tx).await?;
+        if let Some(room) = rate_room {
+            let started = claimed.jobs.len() as i32;
+            sqlx::query(q.count_starts)
+                .bind(c.queue)
+                .bind(started)
+                .execute(&mut *tx)
+                .await?;
+            if started >= room {
+                claimed.rate_limited_until = window_end;
+            }
+        }
         tx.commit().await?;
-        jobs
     } else {
-        claim(None).fetch_all(pool).await?
-    };
-    jobs.sort_by(|a, b| {
+        claimed.jobs = claim(None, None).fetch_all(pool).await?;
+    }
+    claimed.jobs.sort_by(|a, b| {
         b.priority
             .cmp(&a.priority)
             .then(a.run_at.cmp(&b.run_at))
             .then(a.id.cmp(&b.id))
     });
-    Ok(jobs)
+    Ok(claimed)
 }
 
-/// Which of `queues` have a global concurrency limit.
+/// A change of queue settings, as `conveyor.*_queue*` functions make it.
+pub(crate) enum QueueSetting {
+    Pause,
+    Resume,
+    Limit(Option<i32>),
+    Rate(Option<(i32, f64)>),
+}
+
+pub(crate) async fn set_queue<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    queue: &str,
+    setting: QueueSetting,
+) -> Result<()> {
+    let (verb, n, secs) = match setting {
+        QueueSetting::Pause => ("pause", None, None),
+        QueueSetting::Resume => ("resume", None, None),
+        QueueSetting::Limit(n) => ("limit", n, None),
+        QueueSetting::Rate(rate) => ("rate", rate.map(|r| r.0), rate.map(|r| r.1)),
+    };
+    sqlx::query(q.queue_settings)
+        .bind(verb)
+        .bind(queue)
+        .bind(n)
+        .bind(secs)
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Which of `queues` have a concurrency or rate limit.
 pub(crate) async fn queue_limits<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     queues: &[String],
 ) -> Result<Vec<String>> {
-    let rows: Vec<(String, i32)> = sqlx::query_as(q.queue_limits)
+    Ok(sqlx::query_scalar(q.queue_limits)
         .bind(queues)
         .fetch_all(exec)
-        .await?;
-    Ok(rows.into_iter().map(|(name, _)| name).collect())
+        .await?)
 }
 
 /// The outcome of one attempt, as the completer writes it.
@@ -509,19 +565,23 @@ pub(crate) async fn requeue<'e>(
         .await?)
 }
 
+/// Takes the transaction-scoped advisory lock that lets one process at a
+/// time run maintenance `service` on this schema; false if another holds it.
+async fn try_service_lock(conn: &mut PgConnection, q: &Queries, service: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.' || $1 || ':' || $2, 0))",
+    )
+    .bind(service)
+    .bind(q.schema)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
 /// Recovers up to `limit` jobs whose lease expired, if no other process is
 /// doing it right now (advisory lock); `None` when another one is.
 pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Option<i64>> {
-    use sqlx::Connection;
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    let locked: bool = sqlx::query_scalar(
-        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.rescuer:' || $1, 0))",
-    )
-    .bind(q.schema)
-    .fetch_one(&mut *tx)
-    .await?;
-    if !locked {
+    let mut tx = pool.begin().await?;
+    if !try_service_lock(&mut tx, q, "rescuer").await? {
         return Ok(None);
     }
     let row = sqlx::query(q.rescue)
@@ -564,16 +624,8 @@ pub(crate) async fn prune(
     age_secs: f64,
     limit: i64,
 ) -> Result<Option<u64>> {
-    use sqlx::Connection;
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    let locked: bool = sqlx::query_scalar(
-        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.pruner:' || $1, 0))",
-    )
-    .bind(q.schema)
-    .fetch_one(&mut *tx)
-    .await?;
-    if !locked {
+    let mut tx = pool.begin().await?;
+    if !try_service_lock(&mut tx, q, "pruner").await? {
         return Ok(None);
     }
     let deleted = sqlx::query(q.prune)

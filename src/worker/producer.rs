@@ -131,7 +131,7 @@ impl Producer {
             let promoted = db::promote(&inner.pool, inner.queries, &self.queues, PROMOTE_BATCH)
                 .await
                 .inspect_err(|_| self.promote.store(true, Ordering::Relaxed))?;
-            *next_due = promoted.next_run_at.map(|at| {
+            let next_run = promoted.next_run_at.map(|at| {
                 // Capped: a run_at years away must not overflow the timer.
                 let wait = (at - promoted.db_now)
                     .to_std()
@@ -139,6 +139,9 @@ impl Producer {
                     .min(Duration::from_secs(24 * 3600));
                 Instant::now() + wait + Duration::from_millis(1)
             });
+            // Keep an earlier wake-up still ahead (a rate window reopening).
+            let pending = next_due.filter(|at| *at > Instant::now());
+            *next_due = [next_run, pending].into_iter().flatten().min();
             if promoted.promoted > 0 {
                 *maybe_work = true;
                 if promoted.promoted >= PROMOTE_BATCH {
@@ -169,7 +172,14 @@ impl Producer {
                     worker_id: &self.worker_id,
                     limited: self.limited.contains(queue),
                 };
-                let jobs = db::claim(&inner.pool, inner.queries, &claim).await?;
+                let claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
+                if let Some(until) = claimed.rate_limited_until {
+                    // Come back when the rate window reopens.
+                    let wait = (until - chrono::Utc::now()).to_std().unwrap_or_default();
+                    let at = Instant::now() + wait.min(self.safety_interval);
+                    *next_due = Some(next_due.map_or(at, |due| due.min(at)));
+                }
+                let jobs = claimed.jobs;
                 want -= jobs.len().min(want);
                 for job in jobs {
                     let Some(handler) = self.handlers.get(&job.task).cloned() else {

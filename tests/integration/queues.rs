@@ -380,3 +380,60 @@ async fn the_pruner_removes_exactly_the_rows_past_their_age() {
     assert_eq!(count_jobs(&db.pool, "state = 'success'").await, 0);
     assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 2);
 }
+
+#[tokio::test]
+async fn a_rate_limit_spreads_starts_over_windows() {
+    let db = TestDb::new().await;
+    db.client
+        .set_queue_rate_limit("metered", Some((10, Duration::from_secs(1))))
+        .await
+        .unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        workers.push(
+            Worker::builder(&db.client)
+                .queues(["metered"])
+                .concurrency(20)
+                .register_fn("noop", |_, _| async move { Ok(Value::Null) })
+                .start()
+                .unwrap(),
+        );
+    }
+    let jobs = (0..30)
+        .map(|i| NewJob::new("noop", json!({ "i": i })).queue("metered"))
+        .collect();
+    for handle in db.client.enqueue_many(jobs).await.unwrap() {
+        handle.wait(WAIT).await.unwrap();
+    }
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
+    let starts: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+        "SELECT started_at FROM conveyor.jobs WHERE queue = 'metered' ORDER BY started_at",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    // 30 starts at 10 per window need three windows: at least 2 s.
+    let span = starts[29] - starts[0];
+    assert!(span >= chrono::TimeDelta::seconds(2), "30 starts in {span}");
+    // Fixed windows: never more than twice the limit in any one-second span.
+    for (i, first) in starts.iter().enumerate() {
+        let within = starts[i..]
+            .iter()
+            .filter(|t| **t - *first < chrono::TimeDelta::seconds(1))
+            .count();
+        assert!(within <= 20, "{within} starts within 1 s of {first}");
+    }
+    // And with the limit removed, the queue is unthrottled again.
+    db.client
+        .set_queue_rate_limit("metered", None)
+        .await
+        .unwrap();
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM conveyor.queues WHERE rate_limit IS NOT NULL")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(n, 0);
+}
