@@ -64,7 +64,7 @@ impl std::fmt::Display for Error {
             Error::Migrate(e) => write!(f, "migration failed: {e}"),
             Error::NotMigrated(message) => write!(
                 f,
-                "the Conveyor schema is missing ({message}): run conveyor::migrate first"
+                "the Conveyor schema is missing or out of date ({message}): run conveyor::migrate (or `conveyor migrate`) first"
             ),
             Error::Json { task, source } => write!(f, "task `{task}`: JSON error: {source}"),
             Error::InvalidJob(e) => write!(f, "invalid job: {e}"),

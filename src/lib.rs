@@ -43,6 +43,7 @@ mod client;
 mod db;
 mod error;
 mod handle;
+mod inspect;
 mod job;
 mod maintenance;
 mod migrate;
@@ -58,6 +59,7 @@ pub use client::{
 };
 pub use error::{Error, Result};
 pub use handle::JobHandle;
+pub use inspect::{JobFilter, QueueStats};
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
 pub use maintenance::periodic::{Missed, Periodic};
 pub use maintenance::pruner::Retention;

@@ -51,6 +51,9 @@ pub(crate) struct Queries {
     queue_limits: &'static str,
     count_starts: &'static str,
     queue_settings: &'static str,
+    list_jobs: &'static str,
+    queue_stats: &'static str,
+    delete_jobs: &'static str,
     prune: &'static str,
     prune_leftovers: &'static str,
     periodic_last_slots: &'static str,
@@ -128,6 +131,9 @@ impl Queries {
             queue_limits: load(include_str!("queue_limits.sql")),
             count_starts: load(include_str!("count_starts.sql")),
             queue_settings: load(include_str!("queue_settings.sql")),
+            list_jobs: load(include_str!("list_jobs.sql")),
+            queue_stats: load(include_str!("queue_stats.sql")),
+            delete_jobs: load(include_str!("delete_jobs.sql")),
             prune: load(include_str!("prune.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
@@ -414,6 +420,43 @@ pub(crate) async fn set_queue<'e>(
         .execute(exec)
         .await?;
     Ok(())
+}
+
+pub(crate) async fn list_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    f: &crate::inspect::JobFilter,
+) -> Result<Vec<Job>> {
+    Ok(sqlx::query_as::<_, Job>(q.list_jobs)
+        .bind(f.queue.as_deref())
+        .bind(f.state.map(JobState::as_str))
+        .bind(f.task.as_deref())
+        .bind(f.created_after)
+        .bind(f.created_before)
+        .bind(f.before_id)
+        .bind(f.limit)
+        .fetch_all(exec)
+        .await?)
+}
+
+pub(crate) async fn queue_stats<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+) -> Result<Vec<crate::inspect::QueueStats>> {
+    Ok(sqlx::query_as(q.queue_stats).fetch_all(exec).await?)
+}
+
+/// Deletes jobs that are not running; returns how many.
+pub(crate) async fn delete_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    ids: &[JobId],
+) -> Result<u64> {
+    Ok(sqlx::query(q.delete_jobs)
+        .bind(ids)
+        .execute(exec)
+        .await?
+        .rows_affected())
 }
 
 /// Which of `queues` have a concurrency or rate limit.

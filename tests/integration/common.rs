@@ -29,6 +29,15 @@ impl TestDb {
         db
     }
 
+    /// A URL for this database.
+    pub fn url(&self) -> String {
+        let base = base_url();
+        let (server, _) = base
+            .rsplit_once('/')
+            .expect("DATABASE_URL has a database name");
+        format!("{server}/{}", self.name)
+    }
+
     /// A new database without Conveyor's schema.
     pub async fn empty() -> TestDb {
         let name = format!("conveyor_test_{}", uuid::Uuid::new_v4().simple());

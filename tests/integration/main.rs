@@ -1,6 +1,7 @@
 //! Integration tests against a real PostgreSQL: each test makes a database of
 //! its own (see `common::TestDb`), so they run in parallel.
 
+mod cli;
 mod common;
 mod enqueue;
 mod faults;

@@ -1,0 +1,159 @@
+//! How the CLI prints: JSON for scripts, tables for people.
+
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use conveyor::{Job, QueueStats};
+use serde_json::{Value, json};
+
+use crate::Failure;
+
+pub fn print(as_json: bool, value: &Value, human: impl FnOnce() -> String) -> Result<(), Failure> {
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        println!("{}", human());
+    }
+    Ok(())
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_BORDERS_ONLY).set_header(header);
+    table
+}
+
+pub fn stats_table(stats: &[QueueStats]) -> String {
+    let mut t = table(&[
+        "queue",
+        "scheduled",
+        "pending",
+        "started",
+        "retry",
+        "success",
+        "failure",
+        "cancelled",
+        "oldest pending",
+        "ok/1m",
+        "failed/1m",
+        "ok/1h",
+        "failed/1h",
+        "paused",
+    ]);
+    for s in stats {
+        t.add_row(vec![
+            s.queue.clone(),
+            s.scheduled.to_string(),
+            s.pending.to_string(),
+            s.started.to_string(),
+            s.retry.to_string(),
+            s.success.to_string(),
+            s.failure.to_string(),
+            s.cancelled.to_string(),
+            s.oldest_pending_secs
+                .map(|a| format!("{a:.1}s"))
+                .unwrap_or_default(),
+            s.processed_1m.to_string(),
+            s.failed_1m.to_string(),
+            s.processed_1h.to_string(),
+            s.failed_1h.to_string(),
+            if s.paused { "yes" } else { "" }.to_string(),
+        ]);
+    }
+    t.to_string()
+}
+
+pub fn jobs_table(jobs: &[Job]) -> String {
+    let mut t = table(&[
+        "id",
+        "queue",
+        "task",
+        "state",
+        "attempt",
+        "created",
+        "last error",
+    ]);
+    for j in jobs {
+        t.add_row(vec![
+            j.id.to_string(),
+            j.queue.clone(),
+            j.task.clone(),
+            j.state.to_string(),
+            format!("{}/{}", j.attempt, j.max_retries + 1),
+            j.created_at.format("%F %T").to_string(),
+            j.last_error.clone().unwrap_or_default(),
+        ]);
+    }
+    t.to_string()
+}
+
+pub fn job_detail(job: &Job) -> String {
+    let mut out = Vec::new();
+    let when =
+        |t: Option<chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339()).unwrap_or_default();
+    out.push(format!("job       {}", job.id));
+    out.push(format!(
+        "task      {} (queue {}, priority {})",
+        job.task, job.queue, job.priority
+    ));
+    out.push(format!(
+        "state     {} (attempt {} of {})",
+        job.state,
+        job.attempt,
+        job.max_retries + 1
+    ));
+    out.push(format!("args      {}", job.args));
+    if let Some(result) = &job.result {
+        out.push(format!("result    {result}"));
+    }
+    out.push("timeline".to_string());
+    out.push(format!("  created   {}", job.created_at.to_rfc3339()));
+    out.push(format!("  run at    {}", job.run_at.to_rfc3339()));
+    out.push(format!("  started   {}", when(job.started_at)));
+    out.push(format!("  finished  {}", when(job.finished_at)));
+    if !job.errors.is_empty() {
+        out.push("errors".to_string());
+        for e in &job.errors {
+            out.push(format!(
+                "  attempt {} at {}: {}",
+                e.attempt,
+                e.at.to_rfc3339(),
+                e.error
+            ));
+        }
+    }
+    if let Some(workflow) = job.workflow_id {
+        let position = job
+            .workflow_index
+            .map_or("callback".to_string(), |i| format!("position {i}"));
+        out.push(format!("workflow  {workflow} ({position})"));
+    }
+    out.join("\n")
+}
+
+pub fn job_json(job: &Job) -> Value {
+    let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
+    json!({
+        "id": job.id,
+        "queue": job.queue,
+        "task": job.task,
+        "args": job.args,
+        "headers": job.headers,
+        "state": job.state,
+        "priority": job.priority,
+        "run_at": job.run_at,
+        "attempt": job.attempt,
+        "max_retries": job.max_retries,
+        "retry_backoff_base_secs": job.retry_backoff_base.as_secs_f64(),
+        "retry_backoff_secs": secs(job.retry_backoff),
+        "timeout_secs": secs(job.timeout),
+        "lease_expires_at": job.lease_expires_at,
+        "worker_id": job.worker_id,
+        "result": job.result,
+        "last_error": job.last_error,
+        "errors": job.errors,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "workflow_id": job.workflow_id,
+        "workflow_index": job.workflow_index,
+    })
+}
