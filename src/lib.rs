@@ -46,6 +46,8 @@ mod handle;
 mod inspect;
 mod job;
 mod maintenance;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod migrate;
 mod notify;
 mod retry;
@@ -63,6 +65,8 @@ pub use inspect::{JobFilter, QueueStats};
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
 pub use maintenance::periodic::{Missed, Periodic};
 pub use maintenance::pruner::Retention;
+#[cfg(feature = "metrics")]
+pub use metrics::Metrics;
 pub use migrate::{migrate, migrate_schema};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 pub use task::{Failure, Task, TaskContext, TaskError};

@@ -28,6 +28,8 @@ impl Drop for AbortOnDrop {
 /// Per-job settings the worker passes down.
 pub(crate) struct Limits {
     pub worker_id: Arc<str>,
+    #[cfg(feature = "metrics")]
+    pub metrics: Option<crate::Metrics>,
     pub default_timeout: Option<Duration>,
     pub cancel_grace: Duration,
     pub cancel: CancellationToken,
@@ -63,6 +65,15 @@ pub(crate) async fn execute(
         cancel: limits.cancel.clone(),
     };
     let timeout = job.timeout.or(handler.timeout()).or(limits.default_timeout);
+    let began = std::time::Instant::now();
+    let record = |state: JobState| {
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &limits.metrics {
+            metrics.attempt(&job.queue, &job.task, state, began.elapsed());
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (state, began);
+    };
     let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
     let call = handler.call(ctx, job.args.clone()).instrument(span.clone());
     let mut running = AbortOnDrop(tokio::spawn(call));
@@ -96,6 +107,7 @@ pub(crate) async fn execute(
                         follow_up: job.has_follow_up(),
                     };
                     span.in_scope(|| tracing::info!("conveyor: job cancelled"));
+                    record(JobState::Cancelled);
                     let _ = outcomes.send(outcome);
                     return;
                 }
@@ -103,6 +115,7 @@ pub(crate) async fn execute(
         }
     };
     let outcome = span.in_scope(|| outcome_of(&job, result));
+    record(outcome.state);
     // The completer is gone only when the worker is being torn down; the job
     // then stays started until its lease runs out.
     let _ = outcomes.send(outcome);

@@ -62,6 +62,8 @@ pub struct WorkerBuilder {
     retention: Retention,
     prune_interval: Duration,
     periodic: Vec<Periodic>,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::Metrics>,
     worker_id: Option<String>,
     handlers: HashMap<String, Arc<dyn Handler>>,
 }
@@ -114,6 +116,8 @@ impl Worker {
             retention: Retention::default(),
             prune_interval: DEFAULT_PRUNE_INTERVAL,
             periodic: Vec::new(),
+            #[cfg(feature = "metrics")]
+            metrics: None,
             worker_id: None,
             handlers: HashMap::new(),
         }
@@ -189,6 +193,12 @@ impl WorkerBuilder {
     /// exactly once; the job runs on any worker serving its queue.
     pub fn periodic(mut self, periodic: Periodic) -> Self {
         self.periodic.push(periodic);
+        self
+    }
+    /// Records attempts (processed, failed, durations per task) in `metrics`.
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, metrics: crate::Metrics) -> Self {
+        self.metrics = Some(metrics);
         self
     }
     /// How often the pruner runs (default 60 s).
@@ -328,6 +338,8 @@ impl WorkerBuilder {
             safety_interval: self.safety_interval,
             default_timeout: self.default_timeout,
             cancel_grace: self.cancel_grace,
+            #[cfg(feature = "metrics")]
+            metrics: self.metrics,
             wake,
             promote,
             refresh_queues,

@@ -36,6 +36,8 @@ pub(crate) struct Producer {
     pub safety_interval: Duration,
     pub default_timeout: Option<Duration>,
     pub cancel_grace: Duration,
+    #[cfg(feature = "metrics")]
+    pub metrics: Option<crate::Metrics>,
     /// Set by the listener: something may be runnable.
     pub wake: Arc<Notify>,
     /// Set by the listener: a job may have been scheduled; look for due ones.
@@ -196,6 +198,8 @@ impl Producer {
                         handler,
                         executor::Limits {
                             worker_id: self.worker_id.clone(),
+                            #[cfg(feature = "metrics")]
+                            metrics: self.metrics.clone(),
                             default_timeout: self.default_timeout,
                             cancel_grace: self.cancel_grace,
                             cancel: running.cancel.clone(),

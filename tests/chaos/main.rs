@@ -7,6 +7,15 @@
 
 mod cluster;
 
+/// Prints a result line even under the test harness's output capture (which
+/// only catches `print!`), so CI logs show the counts.
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -305,7 +314,7 @@ async fn ten_thousand_jobs_survive_killed_workers_and_database_restarts() {
             twice += 1;
         }
     }
-    println!(
+    report!(
         "chaos: {JOBS} jobs, {total_runs} runs, {twice} jobs ran more than once (all after their worker was killed), \
          {} worker kills, {restarts} PostgreSQL restarts, {:.1}s",
         killed.len(),
@@ -356,7 +365,7 @@ async fn a_worker_killed_mid_job_has_the_job_retried_after_the_lease_expires() {
     );
     assert_eq!(job.errors.len(), 1);
     assert_eq!(job.errors[0].error, "lease expired");
-    println!(
+    report!(
         "killed mid-job at {killed_at}; lease expired at {lease}; attempt 2 started at {}",
         job.started_at.unwrap()
     );
@@ -400,7 +409,7 @@ async fn a_periodic_job_every_second_on_four_processes_runs_once_per_slot() {
     .fetch_one(&pool)
     .await
     .unwrap();
-    println!("periodic: {jobs} jobs for {slots} one-second slots in 20 s, {ran} ran, 4 processes");
+    report!("periodic: {jobs} jobs for {slots} one-second slots in 20 s, {ran} ran, 4 processes");
     assert_eq!(jobs, slots, "no slot twice");
     assert!((19..=21).contains(&slots), "{slots} slots in 20 s");
     assert!(

@@ -5,6 +5,7 @@ mod cli;
 mod common;
 mod enqueue;
 mod faults;
+mod metrics;
 mod migrate;
 mod periodic;
 mod queues;

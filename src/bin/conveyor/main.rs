@@ -61,6 +61,12 @@ enum Command {
     /// Pause or resume a queue for every worker.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Serve Prometheus metrics on http://BIND/metrics.
+    Metrics {
+        /// Address to listen on (loopback by default).
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        bind: String,
+    },
     /// Enqueue a job.
     Enqueue {
         /// Task name.
@@ -253,6 +259,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 &json!({ "queue": queue, "paused": false }),
                 || format!("resumed {queue}"),
             )
+        }
+        Command::Metrics { bind } => {
+            let metrics = conveyor::Metrics::new()?;
+            let listener = tokio::net::TcpListener::bind(&bind)
+                .await
+                .map_err(|e| Failure(format!("cannot listen on {bind}: {e}")))?;
+            eprintln!(
+                "serving metrics on http://{}/metrics",
+                listener.local_addr()?
+            );
+            axum::serve(listener, metrics.router(client)).await?;
+            Ok(())
         }
         Command::Enqueue {
             name,
