@@ -52,6 +52,7 @@ mod migrate;
 mod notify;
 mod retry;
 mod task;
+pub mod testing;
 mod worker;
 mod workflow;
 

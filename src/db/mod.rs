@@ -54,6 +54,7 @@ pub(crate) struct Queries {
     list_jobs: &'static str,
     queue_stats: &'static str,
     delete_jobs: &'static str,
+    enqueued_jobs: &'static str,
     prune: &'static str,
     prune_leftovers: &'static str,
     periodic_last_slots: &'static str,
@@ -134,6 +135,7 @@ impl Queries {
             list_jobs: load(include_str!("list_jobs.sql")),
             queue_stats: load(include_str!("queue_stats.sql")),
             delete_jobs: load(include_str!("delete_jobs.sql")),
+            enqueued_jobs: load(include_str!("enqueued_jobs.sql")),
             prune: load(include_str!("prune.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
@@ -444,6 +446,19 @@ pub(crate) async fn queue_stats<'e>(
     q: &Queries,
 ) -> Result<Vec<crate::inspect::QueueStats>> {
     Ok(sqlx::query_as(q.queue_stats).fetch_all(exec).await?)
+}
+
+pub(crate) async fn enqueued_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    task: &str,
+    args: &Value,
+) -> Result<Vec<Job>> {
+    Ok(sqlx::query_as::<_, Job>(q.enqueued_jobs)
+        .bind(task)
+        .bind(args)
+        .fetch_all(exec)
+        .await?)
 }
 
 /// Deletes jobs that are not running; returns how many.

@@ -474,3 +474,40 @@ async fn claiming_reads_only_the_pending_index_whatever_the_history() {
     worker.shutdown(WAIT).await.unwrap();
     assert_eq!(count_jobs(&db.pool, "state = 'scheduled'").await, 50_000);
 }
+
+#[tokio::test]
+async fn testing_helpers_see_uncommitted_jobs_and_run_handlers_inline() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    db.client
+        .enqueue_tx(&mut tx, Add::job(AddArgs { a: 2, b: 3 }))
+        .await
+        .unwrap();
+    let job = conveyor::testing::assert_enqueued(&db.client, &mut tx, "add", json!({"a": 2})).await;
+    assert_eq!(job.args, json!({"a": 2, "b": 3}));
+    conveyor::testing::assert_not_enqueued(&db.client, &mut tx, "add", json!({"a": 9})).await;
+    // Not visible outside the transaction.
+    let mut other = db.pool.acquire().await.unwrap();
+    conveyor::testing::assert_not_enqueued(&db.client, &mut other, "add", json!({})).await;
+    tx.rollback().await.unwrap();
+
+    let missing = tokio::spawn({
+        let client = db.client.clone();
+        let pool = db.pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            conveyor::testing::assert_enqueued(&client, &mut conn, "add", json!({})).await;
+        }
+    })
+    .await
+    .unwrap_err();
+    let message = *missing.into_panic().downcast::<String>().unwrap();
+    assert!(message.contains("expected a `add` job"), "{message}");
+
+    assert_eq!(
+        conveyor::testing::perform(&Add, AddArgs { a: 40, b: 2 })
+            .await
+            .unwrap(),
+        42
+    );
+}
