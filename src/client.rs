@@ -81,6 +81,8 @@ impl<O> NewJob<O> {
     }
 
     fn with_args(task: String, args: std::result::Result<Value, serde_json::Error>) -> Self {
+        let mut headers = Map::new();
+        crate::trace::inject(&mut headers);
         NewJob {
             id: None,
             task,
@@ -92,7 +94,7 @@ impl<O> NewJob<O> {
             max_retries: DEFAULT_MAX_RETRIES,
             retry_backoff_base: DEFAULT_RETRY_BACKOFF_BASE,
             timeout: None,
-            headers: Map::new(),
+            headers,
             pass_result: false,
             on_success: Vec::new(),
             on_error: Vec::new(),

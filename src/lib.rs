@@ -53,6 +53,7 @@ mod notify;
 mod retry;
 mod task;
 pub mod testing;
+mod trace;
 mod worker;
 mod workflow;
 

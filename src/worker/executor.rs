@@ -54,6 +54,7 @@ pub(crate) async fn execute(
         job.queue = %job.queue,
         job.attempt = job.attempt,
     );
+    crate::trace::set_parent(&span, &job.headers);
     let ctx = TaskContext {
         id: job.id,
         task: job.task.clone(),

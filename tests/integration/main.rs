@@ -10,5 +10,6 @@ mod migrate;
 mod periodic;
 mod queues;
 mod retries;
+mod traces;
 mod worker;
 mod workflows;

@@ -421,9 +421,10 @@ async fn a_rate_limit_spreads_starts_over_windows() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    // 30 starts at 10 per window need three windows: at least 2 s.
+    // 30 starts at 10 per window need three windows; the first start may come
+    // late in the first window, the last is in the third: more than 1 s apart.
     let span = starts[29] - starts[0];
-    assert!(span >= chrono::TimeDelta::seconds(2), "30 starts in {span}");
+    assert!(span > chrono::TimeDelta::seconds(1), "30 starts in {span}");
     // Fixed windows: never more than twice the limit in any one-second span.
     for (i, first) in starts.iter().enumerate() {
         let within = starts[i..]
