@@ -5,17 +5,17 @@
 -- Jobs that have follow-up work (workflow, callbacks) are returned so the
 -- caller can run conveyor.after_finish() in the same transaction.
 WITH outcome AS (
-    -- A job whose cancellation was asked for is not retried: it ends cancelled.
-    SELECT t.id, t.attempt, t.result, t.error, t.retry_in_secs,
-           CASE WHEN t.state = 'retry' AND c.cancel_requested_at IS NOT NULL
-                THEN 'cancelled' ELSE t.state END AS state
+    SELECT *
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
          AS t(id, attempt, state, result, error, retry_in_secs)
-    LEFT JOIN conveyor.jobs c ON c.id = t.id
 ),
 updated AS (
+    -- A job whose cancellation was asked for is not retried: it ends
+    -- cancelled. (Read from j, which the UPDATE re-reads if a concurrent
+    -- cancel changed the row, not from a snapshot taken before.)
     UPDATE conveyor.jobs j SET
-        state = o.state,
+        state = CASE WHEN o.state = 'retry' AND j.cancel_requested_at IS NOT NULL
+                     THEN 'cancelled' ELSE o.state END,
         result = CASE WHEN o.state = 'success' THEN o.result ELSE j.result END,
         last_error = coalesce(o.error, j.last_error),
         errors = CASE WHEN o.error IS NULL THEN j.errors
@@ -23,13 +23,14 @@ updated AS (
                      'attempt', j.attempt, 'at', now(), 'error', o.error,
                      'worker_id', j.worker_id))
                  END,
-        run_at = CASE WHEN o.state = 'retry'
+        run_at = CASE WHEN o.state = 'retry' AND j.cancel_requested_at IS NULL
                       THEN now() + make_interval(secs => o.retry_in_secs)
                       ELSE j.run_at END,
         retry_backoff = CASE WHEN o.state = 'retry'
                              THEN make_interval(secs => o.retry_in_secs)
                              ELSE j.retry_backoff END,
-        finished_at = CASE WHEN o.state IN ('success', 'failure', 'cancelled') THEN now() END,
+        finished_at = CASE WHEN o.state IN ('success', 'failure', 'cancelled')
+                             OR j.cancel_requested_at IS NOT NULL THEN now() END,
         lease_expires_at = NULL,
         worker_id = NULL
     FROM outcome o

@@ -4,6 +4,9 @@
 WITH doomed AS (
     SELECT id FROM conveyor.jobs
     WHERE state = $1 AND finished_at < now() - make_interval(secs => $2)
+      -- Members of a workflow still running stay: its results need them.
+      AND NOT EXISTS (SELECT 1 FROM conveyor.workflows w
+                      WHERE w.id = conveyor.jobs.workflow_id AND w.state = 'running')
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED

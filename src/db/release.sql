@@ -1,9 +1,11 @@
 -- Give jobs back without spending an attempt (graceful shutdown): they become
--- pending again and idle workers of their queues are woken.
+-- pending again and idle workers of their queues are woken. A job whose
+-- cancellation was asked for ends cancelled instead.
 WITH released AS (
     UPDATE conveyor.jobs j SET
-        state = 'pending',
-        attempt = j.attempt - 1,
+        state = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        attempt = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempt - 1 ELSE j.attempt END,
         lease_expires_at = NULL,
         worker_id = NULL
     FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)

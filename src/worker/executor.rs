@@ -75,7 +75,8 @@ pub(crate) async fn execute(
         #[cfg(not(feature = "metrics"))]
         let _ = (state, began);
     };
-    let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
+    // A limit too far away to represent (Duration::MAX) means no limit.
+    let deadline = timeout.and_then(|limit| tokio::time::Instant::now().checked_add(limit));
     let call = handler.call(ctx, job.args.clone()).instrument(span.clone());
     let mut running = AbortOnDrop(tokio::spawn(call));
     let ended = tokio::select! {
@@ -159,7 +160,8 @@ pub(crate) fn outcome_of(job: &Job, result: Result<serde_json::Value, TaskError>
         follow_up: job.has_follow_up(),
     };
     let error = match result {
-        Ok(value) => {
+        Ok(mut value) => {
+            scrub(&mut value);
             tracing::debug!("conveyor: job succeeded");
             outcome.result = Some(value);
             return outcome;
@@ -187,6 +189,25 @@ pub(crate) fn outcome_of(job: &Job, result: Result<serde_json::Value, TaskError>
             outcome.state = JobState::Failure;
         }
     }
-    outcome.error = Some(error.message().to_string());
+    outcome.error = Some(error.message().replace('\0', "\u{FFFD}"));
     outcome
+}
+
+/// PostgreSQL cannot store NUL in text or jsonb: one NUL in a result would
+/// make the whole outcome batch fail. Replace it (U+FFFD) in strings and keys.
+fn scrub(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
+        Value::Array(items) => items.iter_mut().for_each(scrub),
+        Value::Object(map) if map.keys().any(|k| k.contains('\0')) => {
+            let old = std::mem::take(map);
+            for (k, mut v) in old {
+                scrub(&mut v);
+                map.insert(k.replace('\0', "\u{FFFD}"), v);
+            }
+        }
+        Value::Object(map) => map.values_mut().for_each(scrub),
+        _ => {}
+    }
 }

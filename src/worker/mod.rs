@@ -266,6 +266,15 @@ impl WorkerBuilder {
         if self.lease < Duration::from_millis(300) {
             return Err(Error::Config("the lease must be at least 300 ms".into()));
         }
+        let too_short = |d: Duration| d < Duration::from_millis(10);
+        if too_short(self.safety_interval)
+            || too_short(self.prune_interval)
+            || self.rescue_interval.is_some_and(too_short)
+        {
+            return Err(Error::Config(
+                "safety, rescue and prune intervals must be at least 10 ms".into(),
+            ));
+        }
         let worker_id: Arc<str> = self.worker_id.unwrap_or_else(default_worker_id).into();
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);

@@ -177,7 +177,11 @@ impl Producer {
                 let claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
                 if let Some(until) = claimed.rate_limited_until {
                     // Come back when the rate window reopens.
-                    let wait = (until - chrono::Utc::now()).to_std().unwrap_or_default();
+                    // At least 10 ms: clocks of worker and database may differ.
+                    let wait = (until - chrono::Utc::now())
+                        .to_std()
+                        .unwrap_or_default()
+                        .max(Duration::from_millis(10));
                     let at = Instant::now() + wait.min(self.safety_interval);
                     *next_due = Some(next_due.map_or(at, |due| due.min(at)));
                 }

@@ -417,3 +417,99 @@ async fn bad_rows_get_a_clear_outcome_and_the_worker_keeps_serving() {
     worker.shutdown(WAIT).await.unwrap();
     assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 0);
 }
+
+#[tokio::test]
+async fn nul_bytes_in_results_and_errors_do_not_block_outcomes() {
+    let db = TestDb::new().await;
+    let worker = Worker::builder(&db.client)
+        .register_fn("nul_ok", |_, _| async move {
+            Ok(json!({ "text": "a\0b", "k\0": [ "\0" ] }))
+        })
+        .register_fn("nul_err", |_, _| async move {
+            Err::<Value, _>(TaskError::fail("bad\0byte"))
+        })
+        .start()
+        .unwrap();
+    let ok = db
+        .client
+        .enqueue(NewJob::new("nul_ok", json!({})))
+        .await
+        .unwrap();
+    let err = db
+        .client
+        .enqueue(NewJob::new("nul_err", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        ok.wait(WAIT).await.unwrap(),
+        json!({ "text": "a\u{FFFD}b", "k\u{FFFD}": [ "\u{FFFD}" ] })
+    );
+    let job = err.wait_job(WAIT).await.unwrap();
+    assert_eq!(job.last_error.as_deref(), Some("bad\u{FFFD}byte"));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancel_during_a_failing_attempt_ends_cancelled_not_retried() {
+    let db = TestDb::new().await;
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let (s, g) = (started.clone(), go.clone());
+    let worker = Worker::builder(&db.client)
+        .register_fn("flaky", move |_, _| {
+            let (started, go) = (s.clone(), g.clone());
+            async move {
+                started.add_permits(1);
+                // Ignores the cancellation signal, then fails (retryable).
+                let _p = go.acquire().await.map_err(TaskError::fail)?;
+                Err::<Value, _>(TaskError::retry("boom"))
+            }
+        })
+        .cancel_grace(Duration::from_secs(30))
+        .start()
+        .unwrap();
+    let handle = db
+        .client
+        .enqueue(NewJob::new("flaky", json!({})))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, started.acquire())
+        .await
+        .unwrap()
+        .unwrap()
+        .forget();
+    assert_eq!(
+        db.client.cancel(handle.id()).await.unwrap(),
+        JobState::Started
+    );
+    go.add_permits(1);
+    let job = handle.wait_job(WAIT).await.unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Cancelled, 1));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn intervals_of_zero_are_refused() {
+    let db = TestDb::new().await;
+    let err = Worker::builder(&db.client)
+        .safety_interval(Duration::ZERO)
+        .register_fn("x", |_, a| async move { Ok(a) })
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("at least 10 ms"), "{err}");
+    let err = Worker::builder(&db.client)
+        .rescue_interval(Duration::ZERO)
+        .register_fn("x", |_, a| async move { Ok(a) })
+        .start()
+        .unwrap_err();
+    assert!(err.to_string().contains("at least 10 ms"), "{err}");
+    // "No time limit" spelled as Duration::MAX works.
+    let worker = Worker::builder(&db.client)
+        .default_timeout(Duration::MAX)
+        .register_fn("x", |_, a| async move { Ok(a) })
+        .start()
+        .unwrap();
+    let h = db.client.enqueue(NewJob::new("x", json!(1))).await.unwrap();
+    assert_eq!(h.wait(WAIT).await.unwrap(), json!(1));
+    worker.shutdown(WAIT).await.unwrap();
+}

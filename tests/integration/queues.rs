@@ -445,3 +445,27 @@ async fn a_rate_limit_spreads_starts_over_windows() {
             .unwrap();
     assert_eq!(n, 0);
 }
+
+#[tokio::test]
+async fn a_unique_job_with_an_existing_id_is_a_duplicate() {
+    let db = TestDb::new().await;
+    let id = conveyor::job_id_from_key("order-9");
+    let first = db
+        .client
+        .enqueue(NewJob::new("t", json!({"n": 1})).id(id))
+        .await
+        .unwrap();
+    assert!(!first.is_duplicate());
+    let again = db
+        .client
+        .enqueue(
+            NewJob::new("t", json!({"n": 2}))
+                .id(id)
+                .unique_key("other-key"),
+        )
+        .await
+        .unwrap();
+    assert!(again.is_duplicate());
+    assert_eq!(again.id(), id);
+    assert_eq!(count_jobs(&db.pool, "true").await, 1);
+}
