@@ -101,14 +101,19 @@ impl std::str::FromStr for JobState {
     }
 }
 
-/// One failed attempt, as kept in the `errors` column.
+/// One failed attempt, as kept in the `errors` column. Entries written by
+/// hand with fields missing decode with defaults (attempt 0, the Unix epoch,
+/// an empty message) rather than making the whole job unreadable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptError {
     /// Which attempt failed (1 for the first).
+    #[serde(default)]
     pub attempt: i32,
     /// When the failure was recorded.
+    #[serde(default)]
     pub at: DateTime<Utc>,
     /// The error message.
+    #[serde(default)]
     pub error: String,
     /// The worker that ran the attempt, if known.
     #[serde(default)]
@@ -192,10 +197,22 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
                 source: e.into(),
             })?;
         let errors: Value = row.try_get("errors")?;
-        let errors = serde_json::from_value(errors).map_err(|e| sqlx::Error::ColumnDecode {
-            index: "errors".into(),
-            source: Box::new(e),
-        })?;
+        // Lenient: an entry that is not an object of the expected shape (a
+        // hand-written row) is kept as its text, never failing the claim.
+        let errors = match errors {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| {
+                    serde_json::from_value(item.clone()).unwrap_or_else(|_| AttemptError {
+                        attempt: 0,
+                        at: DateTime::<Utc>::default(),
+                        error: item.to_string(),
+                        worker_id: None,
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(Job {
             id: row.try_get("id")?,
             queue: row.try_get("queue")?,

@@ -513,3 +513,24 @@ async fn intervals_of_zero_are_refused() {
     assert_eq!(h.wait(WAIT).await.unwrap(), json!(1));
     worker.shutdown(WAIT).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_hand_written_errors_history_of_any_shape_does_not_strand_the_job() {
+    let db = TestDb::new().await;
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO conveyor.jobs (task, errors) VALUES ('x', '[42, {\"error\": \"old\"}]') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let worker = Worker::builder(&db.client)
+        .register_fn("x", |_, _| async move { Ok(json!("ran")) })
+        .start()
+        .unwrap();
+    let job = db.client.handle::<Value>(id).wait_job(WAIT).await.unwrap();
+    assert_eq!(job.result, Some(json!("ran")));
+    assert_eq!(job.errors.len(), 2);
+    assert_eq!(job.errors[0].error, "42");
+    assert_eq!(job.errors[1].error, "old");
+    worker.shutdown(WAIT).await.unwrap();
+}
