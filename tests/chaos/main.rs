@@ -383,7 +383,6 @@ async fn a_periodic_job_every_second_on_four_processes_runs_once_per_slot() {
     conveyor::migrate(&pool).await.unwrap();
     let logs = cluster.dir().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let started = chrono::Utc::now();
     let mut procs: Vec<Proc> = (0..4)
         .map(|n| {
             spawn_worker_with(
@@ -394,15 +393,27 @@ async fn a_periodic_job_every_second_on_four_processes_runs_once_per_slot() {
             )
         })
         .collect();
-    // The acceptance window: 20 seconds of four processes sharing one schedule.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let stopped = chrono::Utc::now();
+    // The window starts at the first slot a leader enqueued (process start-up
+    // and the election are not part of it) and lasts 20 seconds.
+    let started: chrono::DateTime<chrono::Utc> = wait_for(Duration::from_secs(30), || async {
+        let first: Option<String> =
+            sqlx::query_scalar("SELECT min(args->>'slot') FROM conveyor.jobs WHERE task = 'tick'")
+                .fetch_one(&pool)
+                .await
+                .ok()?;
+        first?.parse().ok()
+    })
+    .await;
+    let stopped = started + chrono::Duration::seconds(20);
+    let wait = (stopped - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(500)).await;
     for proc in &mut procs {
         kill(proc);
     }
     let (jobs, slots, ran): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*), count(DISTINCT args->>'slot'), count(*) FILTER (WHERE state = 'success')
-         FROM conveyor.jobs WHERE task = 'tick' AND (args->>'slot')::timestamptz BETWEEN $1 AND $2",
+         FROM conveyor.jobs WHERE task = 'tick'
+           AND (args->>'slot')::timestamptz >= $1 AND (args->>'slot')::timestamptz < $2",
     )
     .bind(started)
     .bind(stopped)
