@@ -357,6 +357,7 @@ pub(crate) struct ClientInner {
     pub(crate) pool: PgPool,
     pub(crate) queries: &'static Queries,
     pub(crate) waiters: WaiterHub,
+    pub(crate) notifier: crate::notify::Notifier,
 }
 
 impl std::fmt::Debug for Client {
@@ -389,6 +390,7 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(ClientInner {
                 waiters: WaiterHub::new(self.pool.clone(), queries),
+                notifier: crate::notify::Notifier::new(self.pool.clone(), queries),
                 pool: self.pool,
                 queries,
             }),
@@ -422,10 +424,17 @@ impl Client {
         self.inner.queries.schema
     }
 
-    /// Enqueues one job in its own transaction; workers are woken at commit.
+    /// Enqueues one job in its own transaction; idle workers are woken right
+    /// after the commit, before this returns.
     pub async fn enqueue<O>(&self, job: NewJob<O>) -> Result<JobHandle<O>> {
-        let mut conn = self.inner.pool.acquire().await?;
-        self.enqueue_tx(&mut conn, job).await
+        if job.unique.is_some() {
+            let mut conn = self.inner.pool.acquire().await?;
+            return self.enqueue_tx(&mut conn, job).await;
+        }
+        let mut handles = self.insert_autocommit(vec![job]).await?;
+        handles
+            .pop()
+            .ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
     }
 
     /// Enqueues one job on `conn`, typically the caller's transaction
@@ -445,6 +454,10 @@ impl Client {
     /// [`BULK_CHUNK`] jobs) in one transaction; handles come back in input order.
     pub async fn enqueue_many<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
         use sqlx::Connection;
+        if jobs.len() <= BULK_CHUNK && jobs.iter().all(|job| job.unique.is_none()) {
+            // One statement: its own transaction.
+            return self.insert_autocommit(jobs).await;
+        }
         let mut conn = self.inner.pool.acquire().await?;
         let mut tx = conn.begin().await?;
         let handles = self.enqueue_many_tx(&mut tx, jobs).await?;
@@ -472,19 +485,49 @@ impl Client {
         Ok(handles)
     }
 
+    /// Inserts at most [`BULK_CHUNK`] plain jobs in one autocommit statement
+    /// whose trigger does not notify, then wakes workers from outside that
+    /// transaction (see migration V8): concurrent enqueues then commit side by
+    /// side instead of one after another behind PostgreSQL's notify lock.
+    async fn insert_autocommit<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
+        let mut conn = self.inner.pool.acquire().await?;
+        let (handles, notes) = self.insert_rows(&mut conn, jobs, true).await?;
+        drop(conn);
+        // Returns once sent (or given up on: the jobs are committed either way).
+        let _ = self.inner.notifier.send(notes).await;
+        Ok(handles)
+    }
+
     async fn insert_plain<O>(
         &self,
         conn: &mut PgConnection,
         jobs: Vec<NewJob<O>>,
     ) -> Result<Vec<JobHandle<O>>> {
+        Ok(self.insert_rows(conn, jobs, false).await?.0)
+    }
+
+    /// Inserts plain jobs; with `defer_notify`, returns the job_ready
+    /// notifications the caller must send after the commit.
+    async fn insert_rows<O>(
+        &self,
+        conn: &mut PgConnection,
+        jobs: Vec<NewJob<O>>,
+        defer_notify: bool,
+    ) -> Result<(Vec<JobHandle<O>>, Vec<(&'static str, String)>)> {
         let rows = jobs
             .into_iter()
             .map(NewJob::into_row)
             .collect::<Result<Vec<_>>>()?;
         let mut handles = Vec::with_capacity(rows.len());
+        let mut notes = std::collections::BTreeSet::new();
         let mut seen = std::collections::HashSet::new();
         for chunk in rows.chunks(BULK_CHUNK) {
-            for found in db::insert_jobs(conn, self.inner.queries, chunk).await? {
+            let found = db::insert_jobs(conn, self.inner.queries, chunk, defer_notify).await?;
+            for (row, found) in chunk.iter().zip(found) {
+                if defer_notify && found.inserted {
+                    let scheduled = found.state != Some(crate::JobState::Pending);
+                    notes.insert((row.queue.as_str(), scheduled));
+                }
                 if found.state.is_none() {
                     // Inserted concurrently by a transaction this statement could not
                     // see yet: look again with a fresh snapshot.
@@ -500,7 +543,15 @@ impl Client {
                 ));
             }
         }
-        Ok(handles)
+        let channel = self.inner.queries.job_ready_channel;
+        let notes = notes
+            .into_iter()
+            .map(|(queue, scheduled)| {
+                let payload = serde_json::json!({"queue": queue, "scheduled": scheduled});
+                (channel, payload.to_string())
+            })
+            .collect();
+        Ok((handles, notes))
     }
 
     /// Enqueues a [`crate::Chain`], [`crate::Group`] or [`crate::Chord`]

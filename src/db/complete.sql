@@ -1,9 +1,11 @@
 -- Record the outcomes of a batch of attempts in one statement. Each row is
 -- fenced on (id, attempt, state = 'started'): a worker whose lease was lost
--- cannot overwrite a newer attempt. Finished jobs are announced with one
--- notification listing their ids; retries wake idle workers of their queue.
--- Jobs that have follow-up work (workflow, callbacks) are returned so the
--- caller can run conveyor.after_finish() in the same transaction.
+-- cannot overwrite a newer attempt. Returned for the caller to send after the
+-- commit (outside this transaction, see migration V8): the finished ids, for
+-- one job_finished notification, and job_ready payloads for queues with
+-- retries or freed concurrency. Jobs that have follow-up work (workflow,
+-- callbacks) are returned so the caller can run conveyor.after_finish() in
+-- the same transaction.
 WITH outcome AS (
     SELECT *
     FROM unnest($1::uuid[], $2::int[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
@@ -38,24 +40,22 @@ updated AS (
     RETURNING j.id, j.queue, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),
-finished AS (
-    SELECT pg_notify($7, string_agg(id::text, ',')) FROM updated
-    WHERE state <> 'retry' HAVING count(*) > 0
-),
 freed AS (
     -- Queues with a global concurrency limit: a finished job frees room that
     -- idle workers should claim now.
-    SELECT pg_notify($8, json_build_object('queue', q.queue, 'scheduled', false)::text)
+    SELECT json_build_object('queue', q.queue, 'scheduled', false)::text AS payload
     FROM (SELECT DISTINCT queue FROM updated WHERE state <> 'retry') AS q
     WHERE EXISTS (SELECT 1 FROM conveyor.queues c
                   WHERE c.name = q.queue AND c.concurrency_limit IS NOT NULL)
 ),
 retrying AS (
-    SELECT pg_notify($8, json_build_object('queue', q.queue, 'scheduled', true)::text)
+    SELECT json_build_object('queue', q.queue, 'scheduled', true)::text AS payload
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'retry') AS q
 )
 SELECT (SELECT count(*) FROM updated) AS updated,
        -- Finished jobs of workflows or with callbacks: conveyor.after_finish() takes them next.
        (SELECT coalesce(array_agg(id), '{}') FROM updated WHERE follow_up AND state <> 'retry') AS follow_ups,
-       (SELECT count(*) FROM finished) + (SELECT count(*) FROM retrying)
-           + (SELECT count(*) FROM freed) AS notifications
+       -- For the caller to announce after commit (job_finished, job_ready).
+       (SELECT string_agg(id::text, ',') FROM updated WHERE state <> 'retry') AS finished_ids,
+       (SELECT coalesce(array_agg(payload), '{}')
+        FROM (SELECT payload FROM freed UNION ALL SELECT payload FROM retrying) AS w) AS wake

@@ -1,8 +1,13 @@
 -- Insert a batch of jobs in one statement (one element per job in each array).
 -- A job whose id already exists is not inserted: its current state is
 -- returned with inserted = false (idempotent submit). The insert trigger sends
--- one job_ready notification per queue, delivered at commit.
-WITH input AS (
+-- one job_ready notification per queue, delivered at commit; unless $14 is
+-- true (an autocommit statement of the library's): then the caller notifies
+-- right after the commit (see migration V8).
+WITH defer AS MATERIALIZED (
+    SELECT set_config('conveyor.defer_notify', CASE WHEN $14::bool THEN 'on' ELSE 'off' END, true)
+),
+input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[],
                 $6::int[], $7::timestamptz[], $8::float8[], $9::int[],
@@ -26,7 +31,7 @@ inserted AS (
            make_interval(secs => backoff_base_secs),
            CASE WHEN timeout_secs IS NOT NULL THEN make_interval(secs => timeout_secs) END,
            on_success, on_error
-    FROM prepared
+    FROM prepared, defer
     ORDER BY ord
     ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
     RETURNING id, state

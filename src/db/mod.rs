@@ -32,6 +32,7 @@ pub(crate) struct Queries {
     /// Channel announcing changed queue settings: payload = queue name.
     pub queue_changed_channel: &'static str,
     insert_jobs: &'static str,
+    notify: &'static str,
     fetch_job: &'static str,
     fetch_state: &'static str,
     promote: &'static str,
@@ -113,6 +114,7 @@ impl Queries {
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
             queue_changed_channel: leak(format!("{schema}.queue_changed")),
             insert_jobs: load(include_str!("insert_jobs.sql")),
+            notify: load(include_str!("notify.sql")),
             fetch_job: load(include_str!("fetch_job.sql")),
             fetch_state: load(include_str!("fetch_state.sql")),
             promote: load(include_str!("promote.sql")),
@@ -193,6 +195,7 @@ pub(crate) async fn insert_jobs(
     conn: &mut PgConnection,
     q: &Queries,
     rows: &[InsertRow],
+    defer_notify: bool,
 ) -> Result<Vec<Inserted>> {
     let mut ids = Vec::with_capacity(rows.len());
     let mut queues = Vec::with_capacity(rows.len());
@@ -236,6 +239,7 @@ pub(crate) async fn insert_jobs(
         .bind(&timeouts)
         .bind(&on_success)
         .bind(&on_error)
+        .bind(defer_notify)
         .fetch_all(&mut *conn)
         .await?;
     let mut out = Vec::with_capacity(found.len());
@@ -248,6 +252,18 @@ pub(crate) async fn insert_jobs(
         });
     }
     Ok(out)
+}
+
+/// Sends `(channel, payload)` notifications in one statement of their own.
+pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)]) -> Result<()> {
+    let channels: Vec<&str> = notes.iter().map(|(c, _)| *c).collect();
+    let payloads: Vec<&str> = notes.iter().map(|(_, p)| p.as_str()).collect();
+    sqlx::query(q.notify)
+        .bind(&channels)
+        .bind(&payloads)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Enqueues one job spec under a uniqueness key (`None`: the default key
@@ -506,7 +522,7 @@ pub(crate) async fn complete<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     outcomes: &[OutcomeRow],
-) -> Result<(i64, Vec<JobId>)> {
+) -> Result<Completed> {
     let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
     let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
     let states: Vec<&str> = outcomes.iter().map(|o| o.state.as_str()).collect();
@@ -520,11 +536,30 @@ pub(crate) async fn complete<'e>(
         .bind(&results)
         .bind(&errors)
         .bind(&retry_in)
-        .bind(q.job_finished_channel)
-        .bind(q.job_ready_channel)
         .fetch_one(exec)
         .await?;
-    Ok((row.try_get("updated")?, row.try_get("follow_ups")?))
+    let finished: Option<String> = row.try_get("finished_ids")?;
+    let wake: Vec<String> = row.try_get("wake")?;
+    let notes = finished
+        .map(|ids| (q.job_finished_channel, ids))
+        .into_iter()
+        .chain(wake.into_iter().map(|p| (q.job_ready_channel, p)))
+        .collect();
+    Ok(Completed {
+        updated: row.try_get("updated")?,
+        follow_ups: row.try_get("follow_ups")?,
+        notes,
+    })
+}
+
+/// What [`complete`] recorded.
+pub(crate) struct Completed {
+    /// Outcomes written (the rest were no longer held by their attempt).
+    pub updated: i64,
+    /// Finished jobs with follow-up work, for [`after_finish`].
+    pub follow_ups: Vec<JobId>,
+    /// Notifications to send once the transaction has committed.
+    pub notes: Vec<(&'static str, String)>,
 }
 
 /// Enqueues follow-ups and updates workflow counters for `finished` jobs

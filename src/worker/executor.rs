@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -45,7 +44,7 @@ pub(crate) async fn execute(
     job: Job,
     handler: Arc<dyn Handler>,
     limits: Limits,
-    outcomes: UnboundedSender<OutcomeRow>,
+    outcomes: crate::worker::completer::Outbox,
 ) {
     let span = tracing::info_span!(
         "conveyor.job",
@@ -110,7 +109,7 @@ pub(crate) async fn execute(
                     };
                     span.in_scope(|| tracing::info!("conveyor: job cancelled"));
                     record(JobState::Cancelled);
-                    let _ = outcomes.send(outcome);
+                    outcomes.send(outcome);
                     return;
                 }
             }
@@ -118,9 +117,7 @@ pub(crate) async fn execute(
     };
     let outcome = span.in_scope(|| outcome_of(&job, result));
     record(outcome.state);
-    // The completer is gone only when the worker is being torn down; the job
-    // then stays started until its lease runs out.
-    let _ = outcomes.send(outcome);
+    outcomes.send(outcome);
 }
 
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {

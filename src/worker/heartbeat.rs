@@ -1,5 +1,7 @@
 //! Keeps the leases of running jobs alive: one UPDATE for all of them, every
-//! third of the lease, and only while the worker runs something.
+//! third of the lease, and only while the worker runs something. A job's
+//! lease is renewed until its outcome is written, not just until its handler
+//! returns.
 
 use std::time::Duration;
 
@@ -7,7 +9,12 @@ use crate::client::Client;
 use crate::db;
 use crate::worker::{RunningJobs, cancel_running};
 
-pub(crate) async fn run(client: Client, lease: Duration, running: RunningJobs) {
+pub(crate) async fn run(
+    client: Client,
+    lease: Duration,
+    running: RunningJobs,
+    unrecorded: crate::worker::completer::Unrecorded,
+) {
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -15,7 +22,12 @@ pub(crate) async fn run(client: Client, lease: Duration, running: RunningJobs) {
         tick.tick().await;
         let jobs: Vec<_> = {
             let running = running.lock().unwrap_or_else(|p| p.into_inner());
-            running.values().map(|job| (job.id, job.attempt)).collect()
+            let unrecorded = unrecorded.lock().unwrap_or_else(|p| p.into_inner());
+            let mut jobs: Vec<_> = running.values().map(|job| (job.id, job.attempt)).collect();
+            jobs.extend(unrecorded.iter().copied());
+            jobs.sort_unstable();
+            jobs.dedup();
+            jobs
         };
         if jobs.is_empty() {
             continue;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -282,7 +282,7 @@ impl WorkerBuilder {
         let promote = Arc::new(AtomicBool::new(true));
         let refresh_queues = Arc::new(AtomicBool::new(true));
         let running = RunningJobs::default();
-        let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
+        let (outbox, outcomes_rx, unrecorded) = completer::Outbox::new();
         let client = self.client;
 
         let listener = {
@@ -316,7 +316,12 @@ impl WorkerBuilder {
             })
             .0
         };
-        let heartbeat = tokio::spawn(heartbeat::run(client.clone(), self.lease, running.clone()));
+        let heartbeat = tokio::spawn(heartbeat::run(
+            client.clone(),
+            self.lease,
+            running.clone(),
+            unrecorded.clone(),
+        ));
         let rescuer = tokio::spawn(crate::maintenance::rescuer::run(
             client.clone(),
             self.rescue_interval.unwrap_or(self.lease / 2),
@@ -332,7 +337,12 @@ impl WorkerBuilder {
                 Arc::new(self.periodic),
             ))
         });
-        let completer = tokio::spawn(completer::run(client.clone(), outcomes_rx, self.lease));
+        let completer = tokio::spawn(completer::run(
+            client.clone(),
+            outcomes_rx,
+            unrecorded,
+            self.lease,
+        ));
         let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
         task_names.sort();
         let producer = producer::Producer {
@@ -356,7 +366,7 @@ impl WorkerBuilder {
             weights: self.weights,
             rng: seed(),
             running,
-            outcomes: outcomes_tx,
+            outcomes: outbox,
             shutdown: shutdown_rx,
             grace: grace_rx,
         };

@@ -8,13 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backoff::backoff::Backoff;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::db::{self, OutcomeRow};
+use crate::db;
 use crate::job::JobId;
 use crate::notify::reconnect_backoff;
 use crate::worker::executor;
@@ -52,7 +51,7 @@ pub(crate) struct Producer {
     pub rng: u64,
     /// Jobs being run, shared with the heartbeat.
     pub running: RunningJobs,
-    pub outcomes: UnboundedSender<OutcomeRow>,
+    pub outcomes: crate::worker::completer::Outbox,
     pub shutdown: watch::Receiver<bool>,
     pub grace: watch::Receiver<Duration>,
 }

@@ -1,0 +1,22 @@
+-- Conveyor schema, version 8: let the library send job_ready after commit.
+--
+-- A transaction that calls NOTIFY holds a database-wide lock from just before
+-- its commit until the commit is flushed to disk, so notifying transactions
+-- commit one at a time. The library's own autocommit enqueues therefore set
+-- the transaction-local setting `conveyor.defer_notify` to 'on' and send the
+-- notification themselves right after the commit, from a statement that
+-- writes nothing (and so waits for no flush). Inserts made any other way
+-- (a user's transaction, psql, conveyor.enqueue(), workflows) still notify
+-- at commit, from this trigger.
+CREATE OR REPLACE FUNCTION conveyor.notify_job_ready() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('conveyor.defer_notify', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.job_ready',
+                      json_build_object('queue', q.queue, 'scheduled', q.scheduled)::text)
+    FROM (SELECT DISTINCT queue, state <> 'pending' AS scheduled FROM new_jobs) AS q;
+    RETURN NULL;
+END
+$$;
