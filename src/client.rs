@@ -431,7 +431,7 @@ impl Client {
             let mut conn = self.inner.pool.acquire().await?;
             return self.enqueue_tx(&mut conn, job).await;
         }
-        let mut handles = self.insert_autocommit(vec![job]).await?;
+        let mut handles = self.insert_autocommit(vec![job.into_row()?]).await?;
         handles
             .pop()
             .ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
@@ -450,17 +450,37 @@ impl Client {
             .ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
     }
 
-    /// Enqueues many jobs in one statement (one round trip per
-    /// [`BULK_CHUNK`] jobs) in one transaction; handles come back in input order.
+    /// Enqueues many jobs atomically, in their own transaction; handles come
+    /// back in input order. From [`COPY_MIN`] jobs that are all due now (no
+    /// ETA or delay, not unique) the rows are streamed with COPY; otherwise
+    /// one statement per [`BULK_CHUNK`] jobs.
     pub async fn enqueue_many<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
         use sqlx::Connection;
-        if jobs.len() <= BULK_CHUNK && jobs.iter().all(|job| job.unique.is_none()) {
+        if jobs.iter().any(|job| job.unique.is_some()) {
+            let mut conn = self.inner.pool.acquire().await?;
+            let mut tx = conn.begin().await?;
+            let handles = self.enqueue_many_tx(&mut tx, jobs).await?;
+            tx.commit().await?;
+            return Ok(handles);
+        }
+        let rows = jobs
+            .into_iter()
+            .map(NewJob::into_row)
+            .collect::<Result<Vec<_>>>()?;
+        let due_now = |row: &InsertRow| row.run_at.is_none() && row.delay_secs.is_none();
+        if rows.len() >= COPY_MIN
+            && rows.iter().all(due_now)
+            && let Some(handles) = self.copy_rows(&rows).await?
+        {
+            return Ok(handles);
+        }
+        if rows.len() <= BULK_CHUNK {
             // One statement: its own transaction.
-            return self.insert_autocommit(jobs).await;
+            return self.insert_autocommit(rows).await;
         }
         let mut conn = self.inner.pool.acquire().await?;
         let mut tx = conn.begin().await?;
-        let handles = self.enqueue_many_tx(&mut tx, jobs).await?;
+        let handles = self.insert_rows(&mut tx, rows, false).await?.0;
         tx.commit().await?;
         Ok(handles)
     }
@@ -485,13 +505,43 @@ impl Client {
         Ok(handles)
     }
 
+    /// Bulk path of [`Client::enqueue_many`]: COPY in one transaction, then
+    /// one job_ready notification per queue. `None` if some id already
+    /// existed (nothing was written; the caller inserts instead, which
+    /// returns the existing job).
+    async fn copy_rows<O>(&self, rows: &[InsertRow]) -> Result<Option<Vec<JobHandle<O>>>> {
+        use sqlx::Connection;
+        let q = self.inner.queries;
+        let mut conn = self.inner.pool.acquire().await?;
+        let mut tx = conn.begin().await?;
+        db::defer_notify(&mut tx, q).await?;
+        match db::copy_jobs(&mut tx, q, rows).await {
+            Ok(_) => {}
+            Err(Error::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+        tx.commit().await?;
+        drop(conn);
+        let queues: std::collections::BTreeSet<(&str, bool)> =
+            rows.iter().map(|row| (row.queue.as_str(), false)).collect();
+        let _ = self.inner.notifier.send(self.job_ready_notes(queues)).await;
+        Ok(Some(
+            rows.iter()
+                .map(|row| JobHandle::new(self.clone(), row.id, true))
+                .collect(),
+        ))
+    }
+
     /// Inserts at most [`BULK_CHUNK`] plain jobs in one autocommit statement
     /// whose trigger does not notify, then wakes workers from outside that
     /// transaction (see migration V8): concurrent enqueues then commit side by
     /// side instead of one after another behind PostgreSQL's notify lock.
-    async fn insert_autocommit<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
+    async fn insert_autocommit<O>(&self, rows: Vec<InsertRow>) -> Result<Vec<JobHandle<O>>> {
         let mut conn = self.inner.pool.acquire().await?;
-        let (handles, notes) = self.insert_rows(&mut conn, jobs, true).await?;
+        let (handles, notes) = self.insert_rows(&mut conn, rows, true).await?;
         drop(conn);
         // Returns once sent (or given up on: the jobs are committed either way).
         let _ = self.inner.notifier.send(notes).await;
@@ -503,7 +553,11 @@ impl Client {
         conn: &mut PgConnection,
         jobs: Vec<NewJob<O>>,
     ) -> Result<Vec<JobHandle<O>>> {
-        Ok(self.insert_rows(conn, jobs, false).await?.0)
+        let rows = jobs
+            .into_iter()
+            .map(NewJob::into_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.insert_rows(conn, rows, false).await?.0)
     }
 
     /// Inserts plain jobs; with `defer_notify`, returns the job_ready
@@ -511,22 +565,18 @@ impl Client {
     async fn insert_rows<O>(
         &self,
         conn: &mut PgConnection,
-        jobs: Vec<NewJob<O>>,
+        rows: Vec<InsertRow>,
         defer_notify: bool,
     ) -> Result<(Vec<JobHandle<O>>, Vec<(&'static str, String)>)> {
-        let rows = jobs
-            .into_iter()
-            .map(NewJob::into_row)
-            .collect::<Result<Vec<_>>>()?;
         let mut handles = Vec::with_capacity(rows.len());
-        let mut notes = std::collections::BTreeSet::new();
+        let mut queues = std::collections::BTreeSet::new();
         let mut seen = std::collections::HashSet::new();
         for chunk in rows.chunks(BULK_CHUNK) {
             let found = db::insert_jobs(conn, self.inner.queries, chunk, defer_notify).await?;
             for (row, found) in chunk.iter().zip(found) {
                 if defer_notify && found.inserted {
                     let scheduled = found.state != Some(crate::JobState::Pending);
-                    notes.insert((row.queue.as_str(), scheduled));
+                    queues.insert((row.queue.as_str(), scheduled));
                 }
                 if found.state.is_none() {
                     // Inserted concurrently by a transaction this statement could not
@@ -543,15 +593,22 @@ impl Client {
                 ));
             }
         }
+        Ok((handles, self.job_ready_notes(queues)))
+    }
+
+    /// job_ready notifications for (queue, scheduled) pairs.
+    fn job_ready_notes<'a>(
+        &self,
+        queues: impl IntoIterator<Item = (&'a str, bool)>,
+    ) -> Vec<(&'static str, String)> {
         let channel = self.inner.queries.job_ready_channel;
-        let notes = notes
+        queues
             .into_iter()
             .map(|(queue, scheduled)| {
                 let payload = serde_json::json!({"queue": queue, "scheduled": scheduled});
                 (channel, payload.to_string())
             })
-            .collect();
-        Ok((handles, notes))
+            .collect()
     }
 
     /// Enqueues a [`crate::Chain`], [`crate::Group`] or [`crate::Chord`]
@@ -691,6 +748,10 @@ impl Client {
 
 /// Jobs per insert statement in bulk enqueue.
 pub const BULK_CHUNK: usize = 5_000;
+
+/// From this many jobs, [`Client::enqueue_many`] streams jobs that are due
+/// now (no ETA, no delay, not unique) with COPY.
+pub const COPY_MIN: usize = 1_000;
 
 /// How long a unique job keeps its key (see [`NewJob::unique`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

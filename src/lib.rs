@@ -58,7 +58,7 @@ mod worker;
 mod workflow;
 
 pub use client::{
-    BULK_CHUNK, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
+    BULK_CHUNK, COPY_MIN, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
     DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique,
 };
 pub use error::{Error, Result};

@@ -33,6 +33,8 @@ pub(crate) struct Queries {
     pub queue_changed_channel: &'static str,
     insert_jobs: &'static str,
     notify: &'static str,
+    copy_jobs: &'static str,
+    defer_notify: &'static str,
     fetch_job: &'static str,
     fetch_state: &'static str,
     promote: &'static str,
@@ -115,6 +117,8 @@ impl Queries {
             queue_changed_channel: leak(format!("{schema}.queue_changed")),
             insert_jobs: load(include_str!("insert_jobs.sql")),
             notify: load(include_str!("notify.sql")),
+            copy_jobs: load(include_str!("copy_jobs.sql")),
+            defer_notify: load(include_str!("defer_notify.sql")),
             fetch_job: load(include_str!("fetch_job.sql")),
             fetch_state: load(include_str!("fetch_state.sql")),
             promote: load(include_str!("promote.sql")),
@@ -252,6 +256,66 @@ pub(crate) async fn insert_jobs(
         });
     }
     Ok(out)
+}
+
+/// Streams `rows` (due now: no `run_at`, no delay) into the jobs table with
+/// COPY; returns how many were written. Fails as a whole on a repeated id.
+pub(crate) async fn copy_jobs(
+    conn: &mut PgConnection,
+    q: &Queries,
+    rows: &[InsertRow],
+) -> Result<u64> {
+    let mut data = String::with_capacity(rows.len() * 96);
+    for row in rows {
+        let interval = |secs: f64| format!("{secs} seconds");
+        let json = |v: Option<&Value>| v.map(Value::to_string);
+        let fields = [
+            Some(row.id.to_string()),
+            Some(row.queue.clone()),
+            Some(row.task.clone()),
+            Some(row.args.to_string()),
+            Some(row.headers.to_string()),
+            Some(row.priority.to_string()),
+            Some(row.max_retries.to_string()),
+            Some(interval(row.backoff_base_secs)),
+            row.timeout_secs.map(interval),
+            json(row.on_success.as_ref()),
+            json(row.on_error.as_ref()),
+        ];
+        for (i, field) in fields.iter().enumerate() {
+            if i > 0 {
+                data.push('\t');
+            }
+            match field {
+                None => data.push_str("\\N"),
+                Some(text) => copy_escape(&mut data, text),
+            }
+        }
+        data.push('\n');
+    }
+    let mut copy = conn.copy_in_raw(q.copy_jobs).await?;
+    copy.send(data.as_bytes()).await?;
+    Ok(copy.finish().await?)
+}
+
+/// Makes the insert trigger leave job_ready to the caller for the rest of
+/// the transaction.
+pub(crate) async fn defer_notify(conn: &mut PgConnection, q: &Queries) -> Result<()> {
+    sqlx::query(q.defer_notify).execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Appends `text` escaped for COPY's text format.
+fn copy_escape(out: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
 }
 
 /// Sends `(channel, payload)` notifications in one statement of their own.

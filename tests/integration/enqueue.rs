@@ -511,3 +511,101 @@ async fn testing_helpers_see_uncommitted_jobs_and_run_handlers_inline() {
         42
     );
 }
+
+#[tokio::test]
+async fn own_transaction_enqueues_notify_after_commit() {
+    let db = TestDb::new().await;
+    let c = db.client.clone();
+    let seen = job_ready_notifications(&db.pool, async move {
+        c.enqueue(Add::job(AddArgs { a: 1, b: 1 })).await.unwrap();
+        let few = (0..10).map(|i| Add::job(AddArgs { a: i, b: 0 })).collect();
+        c.enqueue_many(few).await.unwrap();
+        // From COPY_MIN jobs due now: the COPY path.
+        let many = (0..conveyor::COPY_MIN as i64)
+            .map(|i| Add::job(AddArgs { a: i, b: 0 }).queue("bulk"))
+            .collect();
+        c.enqueue_many(many).await.unwrap();
+        c.enqueue(Add::job(AddArgs { a: 1, b: 1 }).delay(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    })
+    .await;
+    let mut payloads: Vec<Value> = seen
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    payloads.sort_by_key(|p| p.to_string());
+    assert_eq!(
+        payloads,
+        [
+            json!({"queue": "bulk", "scheduled": false}),
+            json!({"queue": "default", "scheduled": false}),
+            json!({"queue": "default", "scheduled": false}),
+            json!({"queue": "default", "scheduled": true}),
+        ],
+        "one notification per call and queue, sent after each commit"
+    );
+    assert_eq!(
+        count_jobs(&db.pool, "true").await,
+        12 + conveyor::COPY_MIN as i64
+    );
+}
+
+#[tokio::test]
+async fn copy_bulk_enqueue_stores_exactly_what_insert_stores() {
+    let db = TestDb::new().await;
+    let tricky = json!({
+        "path": "C:\\temp\\new\tfile\n\r", "quote": "\"'", "unicode": "żółw ✓ 🐢",
+        "nested": [1, 2.5, null, {"\\N": "\\N"}], "empty": ""
+    });
+    let job = |queue: &str| {
+        NewJob::new("echo", tricky.clone())
+            .queue(queue)
+            .priority(7)
+            .max_retries(3)
+            .retry_backoff_base(Duration::from_millis(1500))
+            .timeout(Duration::from_secs(90))
+            .header("tenant", json!("a\tb\\c"))
+    };
+    let single = db.client.enqueue(job("q\\one")).await.unwrap();
+    let copied = db
+        .client
+        .enqueue_many((0..conveyor::COPY_MIN).map(|_| job("q\\one")).collect())
+        .await
+        .unwrap();
+    assert_eq!(copied.len(), conveyor::COPY_MIN);
+    assert!(copied.iter().all(|h| !h.is_duplicate()));
+    let columns = "queue, task, args, headers, state, priority, max_retries, \
+                   retry_backoff_base::text, timeout::text, attempt, errors, on_success, on_error";
+    let row_of = |id: uuid::Uuid| {
+        let pool = db.pool.clone();
+        let sql = format!(
+            "SELECT to_jsonb(t) FROM (SELECT {columns} FROM conveyor.jobs WHERE id = $1) t"
+        );
+        async move {
+            sqlx::query_scalar::<_, Value>(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let expected = row_of(single.id()).await;
+    assert_eq!(expected["args"], tricky);
+    assert_eq!(expected["headers"]["tenant"], json!("a\tb\\c"));
+    for handle in [&copied[0], &copied[conveyor::COPY_MIN - 1]] {
+        assert_eq!(row_of(handle.id()).await, expected);
+    }
+
+    // A repeated id makes COPY fail as a whole; the insert path then returns
+    // the existing job as a duplicate and adds the others.
+    let mut again: Vec<NewJob> = (0..conveyor::COPY_MIN - 1).map(|_| job("q\\one")).collect();
+    again.push(job("q\\one").id(single.id()));
+    let handles = db.client.enqueue_many(again).await.unwrap();
+    assert_eq!(handles.iter().filter(|h| h.is_duplicate()).count(), 1);
+    assert_eq!(handles[conveyor::COPY_MIN - 1].id(), single.id());
+    assert_eq!(
+        count_jobs(&db.pool, "true").await,
+        1 + 2 * conveyor::COPY_MIN as i64 - 1
+    );
+}
