@@ -1,0 +1,200 @@
+//! Conveyor's benchmark: scenarios A–H of docs/benchmarks.md against a
+//! database it creates and drops. Prints one JSON line per result, then a
+//! table. Figures only: nothing here asserts a timing.
+//!
+//! ```sh
+//! cargo run --release --example bench                      # everything (about an hour)
+//! cargo run --release --example bench -- --only A,B,C,F   # some scenarios
+//! cargo run --release --example bench -- --quick           # seconds; what CI runs
+//! DATABASE_URL=postgres://... cargo run --release --example bench
+//! ```
+//!
+//! Scenario H (the soak) runs only when named with `--only H` or `--soak`,
+//! as it takes 30 minutes.
+
+mod scenarios;
+mod support;
+
+use clap::Parser;
+use scenarios::{Config, Line};
+use support::{BenchDb, CHILD_ENV, Result};
+
+#[derive(Parser, Debug)]
+#[command(about = "Conveyor benchmark")]
+struct Args {
+    /// PostgreSQL URL of a database to connect to first (the benchmark
+    /// creates and drops its own database beside it).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    database_url: String,
+    /// Small sizes: seconds in all. For CI.
+    #[arg(long)]
+    quick: bool,
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,idle).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also run H (the 30-minute soak) with the rest.
+    #[arg(long)]
+    soak: bool,
+    /// Runs per measurement (medians are reported).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// H: duration in seconds.
+    #[arg(long)]
+    soak_secs: Option<u64>,
+}
+
+fn main() -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if let Ok(concurrency) = std::env::var(CHILD_ENV) {
+        return runtime.block_on(support::worker_child_main(concurrency.parse()?));
+    }
+    let args = Args::parse();
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    let mut cfg = if args.quick {
+        Config::quick()
+    } else {
+        Config::full()
+    };
+    if let Some(runs) = args.runs {
+        cfg.runs = runs.max(1);
+    }
+    if let Some(secs) = args.soak_secs {
+        cfg.soak_secs = secs;
+    }
+    let wanted = |name: &str| {
+        if args.only.is_empty() {
+            name != "H" || args.soak || args.quick
+        } else {
+            args.only.iter().any(|o| o.eq_ignore_ascii_case(name))
+        }
+    };
+    let db = BenchDb::create(&args.database_url, 16).await?;
+    let result = run_all(&db, &cfg, &wanted).await;
+    db.drop_db().await?;
+    let lines = result?;
+    print_table(&lines);
+    Ok(())
+}
+
+async fn run_all(db: &BenchDb, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
+    let mut lines: Vec<Line> = Vec::new();
+    let emit = |new: Vec<Line>, lines: &mut Vec<Line>| {
+        for line in new {
+            println!("{}", line.json());
+            lines.push(line);
+        }
+    };
+    if wanted("A") {
+        emit(scenarios::enqueue_single(db, cfg).await?, &mut lines);
+    }
+    if wanted("B") {
+        emit(scenarios::enqueue_bulk(db, cfg).await?, &mut lines);
+    }
+    if wanted("C") {
+        emit(scenarios::process(db, cfg).await?, &mut lines);
+    }
+    if wanted("F") {
+        let mut f = scenarios::raw_ceiling(db, cfg).await?;
+        let best_c = lines
+            .iter()
+            .filter(|l| l.scenario == "C")
+            .map(|l| l.median)
+            .fold(f64::NAN, f64::max);
+        if let Some(line) = f.first_mut()
+            && best_c.is_finite()
+        {
+            line.extra = serde_json::json!({"best_c_percent_of_f": 100.0 * best_c / line.median});
+        }
+        emit(f, &mut lines);
+    }
+    if wanted("D") {
+        emit(scenarios::wake_latency(db, cfg).await?, &mut lines);
+    }
+    if wanted("E") {
+        emit(scenarios::mixed(db, cfg).await?, &mut lines);
+    }
+    if wanted("idle") {
+        emit(scenarios::idle(db, cfg).await?, &mut lines);
+    }
+    if wanted("G") {
+        emit(scenarios::scale(db, cfg).await?, &mut lines);
+    }
+    if wanted("H") {
+        emit(scenarios::soak(db, cfg).await?, &mut lines);
+    }
+    Ok(lines)
+}
+
+fn print_table(lines: &[Line]) {
+    println!();
+    println!(
+        "{:<6} {:<62} {:>12} {:<12} runs / notes",
+        "", "variant", "median", "unit"
+    );
+    for l in lines {
+        let runs: Vec<String> = l.runs.iter().map(|r| format!("{r:.1}")).collect();
+        let mut notes = String::new();
+        if let Some(map) = l.extra.as_object() {
+            for (k, v) in map {
+                if v.is_number() {
+                    notes.push_str(&format!(" {k}={:.1}", v.as_f64().unwrap_or(f64::NAN)));
+                }
+            }
+        }
+        println!(
+            "{:<6} {:<62} {:>12.1} {:<12} [{}]{}",
+            l.scenario,
+            l.variant,
+            l.median,
+            l.unit,
+            runs.join(", "),
+            notes
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// CI: every scenario in quick mode, so the benchmark keeps compiling
+    /// and running. Figures are printed, never asserted.
+    #[test]
+    fn quick_mode_runs() {
+        if std::env::var(super::CHILD_ENV).is_ok() {
+            return;
+        }
+        let args = <super::Args as clap::Parser>::parse_from(["bench", "--quick"]);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        if let Err(e) = runtime.block_on(super::run(args)) {
+            panic!("benchmark failed: {e}");
+        }
+    }
+
+    /// Entry point of worker child processes when running under the test
+    /// harness (see `support::WorkerChild::start`).
+    #[test]
+    fn worker_child() {
+        let Ok(concurrency) = std::env::var(super::CHILD_ENV) else {
+            return;
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let concurrency = concurrency.parse().expect("concurrency");
+        if let Err(e) = runtime.block_on(super::support::worker_child_main(concurrency)) {
+            panic!("worker child failed: {e}");
+        }
+    }
+}

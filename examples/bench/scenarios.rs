@@ -1,0 +1,569 @@
+//! The scenarios A–H of docs/benchmarks.md. Each returns result lines; the
+//! caller prints them as JSON and as a table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use conveyor::NewJob;
+use serde_json::{Value, json};
+
+use crate::support::{
+    BenchDb, FinishedCounter, QUEUE, Result, TASK, WorkerChild, median, percentile, pgbench_insert,
+    secs,
+};
+
+/// Sizes and durations of one benchmark run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub runs: usize,
+    /// A: seconds per measurement.
+    pub enqueue_secs: u64,
+    /// B, C, F: jobs per run.
+    pub jobs: usize,
+    /// B: jobs per enqueue statement.
+    pub batch: usize,
+    /// C: concurrency levels of one worker process.
+    pub concurrency: Vec<usize>,
+    /// D: jobs enqueued one at a time.
+    pub latency_jobs: usize,
+    /// E: seconds.
+    pub mixed_secs: u64,
+    /// G: finished jobs retained, per level; and future jobs present.
+    pub history: Vec<u64>,
+    pub future: u64,
+    /// H: seconds, enqueue rate (jobs/s), sample period, retention.
+    pub soak_secs: u64,
+    pub soak_rate: u64,
+    pub soak_sample_secs: u64,
+    /// Idle CPU: seconds watched.
+    pub idle_secs: u64,
+}
+
+impl Config {
+    pub fn full() -> Config {
+        Config {
+            runs: 3,
+            enqueue_secs: 10,
+            jobs: 100_000,
+            batch: 5_000,
+            concurrency: vec![10, 100, 500],
+            latency_jobs: 1_000,
+            mixed_secs: 60,
+            history: vec![0, 1_000_000, 10_000_000],
+            future: 1_000_000,
+            soak_secs: 1_800,
+            soak_rate: 2_000,
+            soak_sample_secs: 60,
+            idle_secs: 60,
+        }
+    }
+
+    /// Small and quick: for CI, so the benchmark never rots.
+    pub fn quick() -> Config {
+        Config {
+            runs: 1,
+            enqueue_secs: 1,
+            jobs: 2_000,
+            batch: 500,
+            concurrency: vec![10, 100],
+            latency_jobs: 20,
+            mixed_secs: 2,
+            history: vec![0, 5_000],
+            future: 1_000,
+            soak_secs: 4,
+            soak_rate: 500,
+            soak_sample_secs: 1,
+            idle_secs: 1,
+        }
+    }
+}
+
+/// One result: a scenario, a variant, the median of its runs, and details.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub scenario: &'static str,
+    pub variant: String,
+    pub unit: &'static str,
+    pub median: f64,
+    pub runs: Vec<f64>,
+    pub extra: Value,
+}
+
+impl Line {
+    fn new(
+        scenario: &'static str,
+        variant: impl Into<String>,
+        unit: &'static str,
+        runs: Vec<f64>,
+    ) -> Line {
+        Line {
+            scenario,
+            variant: variant.into(),
+            unit,
+            median: median(&runs),
+            runs,
+            extra: json!({}),
+        }
+    }
+
+    fn with(mut self, extra: Value) -> Line {
+        self.extra = extra;
+        self
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "scenario": self.scenario,
+            "variant": self.variant,
+            "unit": self.unit,
+            "median": self.median,
+            "runs": self.runs,
+            "extra": self.extra,
+        })
+    }
+}
+
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A: one job per transaction (autocommit enqueue), 1 and 8 clients, against
+/// pgbench inserting one row per transaction with the same client count.
+pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let mut lines = Vec::new();
+    for clients in [1usize, 8] {
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..cfg.runs {
+            let done = Arc::new(AtomicU64::new(0));
+            let start = Instant::now();
+            let until = start + Duration::from_secs(cfg.enqueue_secs);
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..clients {
+                let (client, done) = (db.client.clone(), done.clone());
+                tasks.spawn(async move {
+                    while Instant::now() < until {
+                        client
+                            .enqueue(NewJob::new(TASK, json!({})).queue("bench_a"))
+                            .await?;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<_, conveyor::Error>(())
+                });
+            }
+            while let Some(r) = tasks.join_next().await {
+                r??;
+            }
+            ours.push(done.load(Ordering::Relaxed) as f64 / secs(start));
+            if let Some(tps) = pgbench_insert(db, clients, cfg.enqueue_secs).await? {
+                theirs.push(tps);
+            }
+        }
+        let pg = if theirs.is_empty() {
+            None
+        } else {
+            Some(median(&theirs))
+        };
+        let line = Line::new(
+            "A",
+            format!("enqueue, 1 job/transaction, {clients} client(s)"),
+            "jobs/s",
+            ours,
+        );
+        let ratio = pg.map(|pg| 100.0 * line.median / pg);
+        lines.push(line.with(
+            json!({"pgbench_tps_median": pg, "pgbench_runs": theirs, "percent_of_pgbench": ratio}),
+        ));
+    }
+    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_a'")
+        .execute(&db.pool)
+        .await?;
+    Ok(lines)
+}
+
+/// B: bulk enqueue in batches from one connection.
+pub async fn enqueue_bulk(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let mut runs = Vec::new();
+    for _ in 0..cfg.runs {
+        let start = Instant::now();
+        db.preload_timed(cfg.jobs, cfg.batch).await?;
+        runs.push(cfg.jobs as f64 / secs(start));
+        db.clear_queue().await?;
+    }
+    Ok(vec![Line::new(
+        "B",
+        format!("bulk enqueue {} jobs, batches of {}", cfg.jobs, cfg.batch),
+        "jobs/s",
+        runs,
+    )])
+}
+
+/// Runs `jobs` preloaded no-op jobs through `processes` worker processes of
+/// `concurrency` slots each; returns (jobs/s, peak RSS of the first worker).
+pub async fn process_once(
+    db: &BenchDb,
+    jobs: usize,
+    processes: usize,
+    concurrency: usize,
+) -> Result<(f64, u64)> {
+    db.preload(jobs, 5_000).await?;
+    db.client.pause_queue(QUEUE).await?;
+    let children = (0..processes)
+        .map(|_| WorkerChild::start(&db.url, concurrency, None))
+        .collect::<Result<Vec<_>>>()?;
+    db.wait_listeners(processes as i64).await?;
+    let counter = FinishedCounter::listen(&db.url).await?;
+    let start = Instant::now();
+    db.client.resume_queue(QUEUE).await?;
+    counter.wait_for(jobs as u64, TIMEOUT).await?;
+    let rate = jobs as f64 / secs(start);
+    let rss = children
+        .first()
+        .map(|c| c.peak_rss())
+        .transpose()?
+        .unwrap_or(0);
+    for child in children {
+        child.stop()?;
+    }
+    let done = db.count_state("success").await?;
+    if done != jobs as i64 {
+        return Err(format!("{done} of {jobs} jobs succeeded").into());
+    }
+    db.clear_queue().await?;
+    Ok((rate, rss))
+}
+
+/// C: processing throughput of one worker process at several concurrency
+/// levels, and of two processes. Also reports peak RSS.
+pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let mut lines = Vec::new();
+    let mut variants: Vec<(usize, usize)> = cfg.concurrency.iter().map(|c| (1, *c)).collect();
+    variants.push((2, 100));
+    for (processes, concurrency) in variants {
+        let mut runs = Vec::new();
+        let mut rss = Vec::new();
+        for _ in 0..cfg.runs {
+            let (rate, peak) = process_once(db, cfg.jobs, processes, concurrency).await?;
+            runs.push(rate);
+            rss.push(peak as f64 / 1_048_576.0);
+        }
+        let variant = format!(
+            "{processes} process(es) x concurrency {concurrency}, {} jobs",
+            cfg.jobs
+        );
+        lines.push(
+            Line::new("C", variant, "jobs/s", runs).with(json!({"peak_rss_mib": median(&rss)})),
+        );
+    }
+    Ok(lines)
+}
+
+/// F: the raw-SQL ceiling: the same row writes per job as Conveyor (insert,
+/// claim update, outcome update) on the same table and indexes, batched as
+/// the worker batches them, from one connection, no Rust logic in between.
+pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    const CLAIM: &str = "WITH picked AS (
+            SELECT id FROM conveyor.jobs
+            WHERE state = 'pending' AND queue = $1 AND run_at <= now()
+            ORDER BY priority DESC, run_at, id
+            LIMIT $2 FOR UPDATE SKIP LOCKED)
+        UPDATE conveyor.jobs j
+        SET state = 'started', attempt = j.attempt + 1, started_at = now(),
+            lease_expires_at = now() + interval '60 seconds', worker_id = 'raw'
+        FROM picked WHERE j.id = picked.id
+        RETURNING j.id, j.attempt";
+    const COMPLETE: &str = "UPDATE conveyor.jobs j
+        SET state = 'success', result = 'null'::jsonb, finished_at = now(),
+            lease_expires_at = NULL, worker_id = NULL
+        FROM unnest($1::uuid[], $2::int[]) AS o(id, attempt)
+        WHERE j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'";
+    let mut runs = Vec::new();
+    for _ in 0..cfg.runs {
+        db.preload(cfg.jobs, 5_000).await?;
+        let mut conn = db.pool.acquire().await?;
+        let start = Instant::now();
+        let mut done = 0usize;
+        loop {
+            let rows: Vec<(uuid::Uuid, i32)> = sqlx::query_as(CLAIM)
+                .bind(QUEUE)
+                .bind(100i64)
+                .fetch_all(&mut *conn)
+                .await?;
+            if rows.is_empty() {
+                break;
+            }
+            let (ids, attempts): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+            done += ids.len();
+            sqlx::query(COMPLETE)
+                .bind(ids)
+                .bind(attempts)
+                .execute(&mut *conn)
+                .await?;
+        }
+        runs.push(done as f64 / secs(start));
+        drop(conn);
+        db.clear_queue().await?;
+    }
+    Ok(vec![Line::new(
+        "F",
+        format!(
+            "raw SQL claim 100 + complete 100, {} jobs, 1 connection",
+            cfg.jobs
+        ),
+        "jobs/s",
+        runs,
+    )])
+}
+
+/// D: commit → handler start, idle worker, one job per transaction at ~50/s.
+pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let mut p50s = Vec::new();
+    let mut p99s = Vec::new();
+    let mut maxes = Vec::new();
+    for _ in 0..cfg.runs {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(conveyor::JobId, Instant)>();
+        let worker = conveyor::Worker::builder(&db.client)
+            .queues(["bench_d"])
+            .concurrency(10)
+            .register_fn(TASK, move |ctx, _args| {
+                let _ = tx.send((ctx.job_id(), Instant::now()));
+                async { Ok(Value::Null) }
+            })
+            .start()?;
+        db.wait_listeners(1).await?;
+        let mut committed = std::collections::HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        for _ in 0..cfg.latency_jobs {
+            tick.tick().await;
+            let handle = db
+                .client
+                .enqueue(NewJob::new(TASK, json!({})).queue("bench_d"))
+                .await?;
+            committed.insert(handle.id(), Instant::now());
+        }
+        let mut latencies = Vec::new();
+        while latencies.len() < cfg.latency_jobs {
+            let (id, started) = tokio::time::timeout(TIMEOUT, rx.recv())
+                .await?
+                .ok_or("worker stopped")?;
+            let at = committed.get(&id).ok_or("unknown job")?;
+            latencies.push(started.saturating_duration_since(*at).as_secs_f64() * 1000.0);
+        }
+        worker.shutdown(Duration::from_secs(5)).await?;
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        p50s.push(percentile(&latencies, 50.0));
+        p99s.push(percentile(&latencies, 99.0));
+        maxes.push(percentile(&latencies, 100.0));
+    }
+    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_d'")
+        .execute(&db.pool)
+        .await?;
+    let v = format!("{} jobs at 50/s, commit -> handler start", cfg.latency_jobs);
+    Ok(vec![
+        Line::new("D", format!("{v}, p50"), "ms", p50s),
+        Line::new("D", format!("{v}, p99"), "ms", p99s),
+        Line::new("D", format!("{v}, max"), "ms", maxes),
+    ])
+}
+
+/// Enqueues at `rate` jobs/s (batches every 100 ms) from `producers` tasks
+/// until `until`, or as fast as possible when `rate` is 0 (batches of 50).
+fn spawn_producers(
+    db: &BenchDb,
+    producers: usize,
+    rate: u64,
+    until: Instant,
+    enqueued: Arc<AtomicU64>,
+) -> tokio::task::JoinSet<Result<()>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..producers {
+        let (client, enqueued) = (db.client.clone(), enqueued.clone());
+        tasks.spawn(async move {
+            let per_batch = if rate == 0 {
+                50
+            } else {
+                (rate / 10 / producers as u64).max(1) as usize
+            };
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            while Instant::now() < until {
+                if rate > 0 {
+                    tick.tick().await;
+                }
+                let jobs = (0..per_batch)
+                    .map(|_| NewJob::new(TASK, json!({})).queue(QUEUE))
+                    .collect();
+                client.enqueue_many(jobs).await?;
+                enqueued.fetch_add(per_batch as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+    }
+    tasks
+}
+
+/// E: 4 producers enqueueing as fast as they can while one worker process
+/// (concurrency 100) works, for a fixed time.
+pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let mut processed = Vec::new();
+    let mut enqueued_rates = Vec::new();
+    let mut depths = Vec::new();
+    for _ in 0..cfg.runs {
+        let child = WorkerChild::start(&db.url, 100, None)?;
+        db.wait_listeners(1).await?;
+        let counter = FinishedCounter::listen(&db.url).await?;
+        let enqueued = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let until = start + Duration::from_secs(cfg.mixed_secs);
+        let mut producers = spawn_producers(db, 4, 0, until, enqueued.clone());
+        let mut samples = Vec::new();
+        let step = Duration::from_secs((cfg.mixed_secs / 6).max(1));
+        while Instant::now() < until {
+            tokio::time::sleep(step.min(until.saturating_duration_since(Instant::now()))).await;
+            samples.push(db.count_state("pending").await?);
+        }
+        while let Some(r) = producers.join_next().await {
+            r??;
+        }
+        let elapsed = secs(start);
+        processed.push(counter.seen() as f64 / elapsed);
+        enqueued_rates.push(enqueued.load(Ordering::Relaxed) as f64 / elapsed);
+        depths.push(samples);
+        child.stop()?;
+        db.clear_queue().await?;
+    }
+    let line = Line::new(
+        "E",
+        format!(
+            "4 producers (batches of 50) + 1 worker x 100, {} s",
+            cfg.mixed_secs
+        ),
+        "jobs/s",
+        processed,
+    );
+    Ok(vec![line.with(
+        json!({"enqueued_per_sec": enqueued_rates, "pending_depth_samples": depths}),
+    )])
+}
+
+/// G: C (1 process, concurrency 100) with history and future jobs present.
+pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    db.load_rows("scheduled", 0, cfg.future).await?;
+    let mut lines: Vec<Line> = Vec::new();
+    let mut loaded = 0;
+    for level in cfg.history.clone() {
+        db.load_rows("success", loaded, level - loaded).await?;
+        loaded = level;
+        sqlx::query("VACUUM (ANALYZE) conveyor.jobs")
+            .execute(&db.pool)
+            .await?;
+        let mut runs = Vec::new();
+        for _ in 0..cfg.runs {
+            runs.push(process_once(db, cfg.jobs, 1, 100).await?.0);
+        }
+        let (table, indexes) = db.sizes().await?;
+        let line = Line::new(
+            "G",
+            format!("C x 100 with {level} finished + {} future jobs", cfg.future),
+            "jobs/s",
+            runs,
+        );
+        let vs0 = lines.first().map(|l0| 100.0 * line.median / l0.median);
+        lines.push(line.with(json!({"percent_of_level_0": vs0, "table_mib": table / 1_048_576, "indexes_mib": indexes / 1_048_576})));
+    }
+    sqlx::query("DELETE FROM conveyor.jobs WHERE queue IN ('bench_history', 'bench')")
+        .execute(&db.pool)
+        .await?;
+    sqlx::query("VACUUM conveyor.jobs")
+        .execute(&db.pool)
+        .await?;
+    Ok(lines)
+}
+
+/// H: a steady enqueue rate for a long time with pruning on; table and index
+/// size and throughput sampled over time.
+pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let child = WorkerChild::start(&db.url, 100, Some(60))?;
+    db.wait_listeners(1).await?;
+    let counter = FinishedCounter::listen(&db.url).await?;
+    let enqueued = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let until = start + Duration::from_secs(cfg.soak_secs);
+    let mut producers = spawn_producers(db, 2, cfg.soak_rate, until, enqueued.clone());
+    let mut samples = Vec::new();
+    let mut last = 0;
+    let mut next = start;
+    while Instant::now() < until {
+        next += Duration::from_secs(cfg.soak_sample_secs);
+        tokio::time::sleep_until(next.into()).await;
+        let seen = counter.seen();
+        let (table, indexes) = db.sizes().await?;
+        let depth = db.count_state("pending").await?;
+        let rate = (seen - last) as f64 / cfg.soak_sample_secs as f64;
+        last = seen;
+        eprintln!(
+            "soak: t={:.0}s processed/s={rate:.0} table={}MiB indexes={}MiB pending={depth}",
+            secs(start),
+            table / 1_048_576,
+            indexes / 1_048_576
+        );
+        samples.push(json!({"t": secs(start).round(), "jobs_per_sec": rate, "table_mib": table as f64 / 1_048_576.0, "indexes_mib": indexes as f64 / 1_048_576.0, "pending": depth}));
+    }
+    while let Some(r) = producers.join_next().await {
+        r??;
+    }
+    child.stop()?;
+    let rate_at = |i: usize| {
+        samples
+            .get(i)
+            .and_then(|s| s["jobs_per_sec"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    let size_at = |i: usize| {
+        samples
+            .get(i)
+            .map(|s| {
+                s["table_mib"].as_f64().unwrap_or(0.0) + s["indexes_mib"].as_f64().unwrap_or(0.0)
+            })
+            .unwrap_or(f64::NAN)
+    };
+    let n = samples.len();
+    let first = rate_at(0);
+    let last_rate = rate_at(n.saturating_sub(1));
+    let line = Line::new(
+        "H",
+        format!(
+            "soak {} s at {}/s, retention 60 s",
+            cfg.soak_secs, cfg.soak_rate
+        ),
+        "jobs/s",
+        vec![last_rate],
+    );
+    db.clear_queue().await?;
+    Ok(vec![line.with(json!({
+        "first_interval_jobs_per_sec": first,
+        "last_interval_percent_of_first": 100.0 * last_rate / first,
+        "size_mib_at_half": size_at(n / 2),
+        "size_mib_at_end": size_at(n.saturating_sub(1)),
+        "samples": samples,
+    }))])
+}
+
+/// Idle CPU of a worker process with nothing to do.
+pub async fn idle(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let mut runs = Vec::new();
+    for _ in 0..cfg.runs {
+        let child = WorkerChild::start(&db.url, 10, None)?;
+        db.wait_listeners(1).await?;
+        let before = child.cpu_time()?;
+        tokio::time::sleep(Duration::from_secs(cfg.idle_secs)).await;
+        let used = child.cpu_time()? - before;
+        runs.push(100.0 * used.as_secs_f64() / cfg.idle_secs as f64);
+        child.stop()?;
+    }
+    Ok(vec![Line::new(
+        "idle",
+        format!("worker with nothing to do, {} s", cfg.idle_secs),
+        "% of a core",
+        runs,
+    )])
+}

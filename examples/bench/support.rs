@@ -1,0 +1,488 @@
+//! Plumbing for the benchmark: a throwaway database, worker child
+//! processes, /proc readings, percentiles and pgbench.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use conveyor::{Client, NewJob};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio::sync::Notify;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, BoxError>;
+
+/// The queue every scenario uses, and the task its no-op handler serves.
+pub const QUEUE: &str = "bench";
+pub const TASK: &str = "noop";
+
+/// Env var that turns this executable into a worker child process.
+pub const CHILD_ENV: &str = "CONVEYOR_BENCH_WORKER";
+/// Env var giving the worker child a retention (seconds) and a 10 s pruning pass.
+pub const RETENTION_ENV: &str = "CONVEYOR_BENCH_RETENTION_SECS";
+
+/// A database created for one benchmark run and dropped at the end.
+pub struct BenchDb {
+    pub url: String,
+    admin_url: String,
+    name: String,
+    pub pool: PgPool,
+    pub client: Client,
+}
+
+impl BenchDb {
+    /// Creates `conveyor_bench_<pid>` beside the database `base_url` names,
+    /// and migrates it.
+    pub async fn create(base_url: &str, pool_size: u32) -> Result<BenchDb> {
+        let name = format!("conveyor_bench_{}", std::process::id());
+        let admin = PgPool::connect(base_url).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&admin)
+        .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await?;
+        admin.close().await;
+        let url = with_database(base_url, &name);
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size)
+            .connect(&url)
+            .await?;
+        conveyor::migrate(&pool).await?;
+        let client = Client::new(pool.clone());
+        Ok(BenchDb {
+            url,
+            admin_url: base_url.to_string(),
+            name,
+            pool,
+            client,
+        })
+    }
+
+    pub async fn drop_db(self) -> Result<()> {
+        self.pool.close().await;
+        let admin = PgPool::connect(&self.admin_url).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&admin)
+        .await?;
+        Ok(())
+    }
+
+    /// Enqueues `n` no-op jobs in batches, then analyzes the table (as
+    /// autovacuum would), so every run starts from fresh statistics.
+    pub async fn preload(&self, n: usize, batch: usize) -> Result<()> {
+        self.preload_timed(n, batch).await?;
+        sqlx::query("ANALYZE conveyor.jobs")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Enqueues `n` no-op jobs with `Client::enqueue_many`, `batch` per call.
+    pub async fn preload_timed(&self, n: usize, batch: usize) -> Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let take = left.min(batch);
+            let jobs = (0..take)
+                .map(|_| NewJob::new(TASK, json!({})).queue(QUEUE))
+                .collect();
+            self.client.enqueue_many(jobs).await?;
+            left -= take;
+        }
+        Ok(())
+    }
+
+    /// Adds `n` rows straight in SQL, a million per statement: finished
+    /// history (`success`, queue `bench_history`) or future jobs
+    /// (`scheduled` a day ahead, in the bench queue). Ids are time-ordered
+    /// and older than any real one, as history would be.
+    pub async fn load_rows(&self, state: &str, offset: u64, n: u64) -> Result<()> {
+        let (queue, prefix) = match state {
+            "success" => ("bench_history", "00000000-0000-7000-8000-"),
+            _ => (QUEUE, "00000000-0001-7000-8000-"),
+        };
+        let mut done = 0;
+        while done < n {
+            let take = (n - done).min(1_000_000) as i64;
+            sqlx::query(
+                "INSERT INTO conveyor.jobs
+                     (id, queue, task, state, attempt, run_at, started_at, finished_at, result, created_at)
+                 SELECT ($1 || lpad(to_hex($5::bigint + g), 12, '0'))::uuid, $2, 'noop', $3,
+                        CASE WHEN $3 = 'success' THEN 1 ELSE 0 END,
+                        CASE WHEN $3 = 'success' THEN now() - interval '1 day'
+                             ELSE now() + interval '1 day' END,
+                        CASE WHEN $3 = 'success' THEN now() - interval '1 day' END,
+                        CASE WHEN $3 = 'success' THEN now() - interval '1 day' END,
+                        CASE WHEN $3 = 'success' THEN 'null'::jsonb END,
+                        now() - interval '1 day'
+                 FROM generate_series(1, $4::bigint) AS g",
+            )
+            .bind(prefix)
+            .bind(queue)
+            .bind(state)
+            .bind(take)
+            .bind((offset + done) as i64)
+            .execute(&self.pool)
+            .await?;
+            done += take as u64;
+        }
+        Ok(())
+    }
+
+    /// Removes the bench queue's jobs so the next run starts from the same
+    /// table, and vacuums.
+    pub async fn clear_queue(&self) -> Result<()> {
+        sqlx::query("DELETE FROM conveyor.jobs WHERE queue = $1 AND state <> 'scheduled'")
+            .bind(QUEUE)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("VACUUM (ANALYZE) conveyor.jobs")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn count_state(&self, state: &str) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM conveyor.jobs WHERE queue = $1 AND state = $2",
+            )
+            .bind(QUEUE)
+            .bind(state)
+            .fetch_one(&self.pool)
+            .await?,
+        )
+    }
+
+    /// Waits until `n` worker listeners are connected (they LISTEN for job_ready).
+    pub async fn wait_listeners(&self, n: i64) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND query LIKE 'LISTEN%job_ready%'",
+            )
+            .fetch_one(&self.pool)
+            .await?;
+            if seen >= n {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("only {seen} of {n} worker listeners connected").into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Bytes of the jobs table: (heap + toast, indexes).
+    pub async fn sizes(&self) -> Result<(i64, i64)> {
+        let row: (i64, i64) = sqlx::query_as(
+            "SELECT pg_table_size('conveyor.jobs'), pg_indexes_size('conveyor.jobs')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row)
+    }
+}
+
+/// `url` with its database name replaced.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let host_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[host_end..].find('/') {
+        Some(slash) => &base[..host_end + slash],
+        None => base,
+    };
+    format!("{base}/{name}{query}")
+}
+
+/// Counts finished jobs announced on `conveyor.job_finished` (the ids
+/// listed in each notification), in a background task.
+pub struct FinishedCounter {
+    count: Arc<AtomicU64>,
+    changed: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FinishedCounter {
+    pub async fn listen(url: &str) -> Result<FinishedCounter> {
+        let mut listener = PgListener::connect(url).await?;
+        listener.listen("conveyor.job_finished").await?;
+        let count = Arc::new(AtomicU64::new(0));
+        let changed = Arc::new(Notify::new());
+        let (c, n) = (count.clone(), changed.clone());
+        let task = tokio::spawn(async move {
+            while let Ok(note) = listener.recv().await {
+                let ids = note.payload().split(',').filter(|s| !s.is_empty()).count();
+                c.fetch_add(ids as u64, Ordering::Relaxed);
+                n.notify_waiters();
+            }
+        });
+        Ok(FinishedCounter {
+            count,
+            changed,
+            task,
+        })
+    }
+
+    pub fn seen(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `target` jobs in all have been announced, or `timeout` passes.
+    pub async fn wait_for(&self, target: u64, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = self.changed.notified();
+            if self.seen() >= target {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(format!(
+                    "only {} of {target} jobs finished in {timeout:?}",
+                    self.seen()
+                )
+                .into());
+            }
+        }
+    }
+}
+
+impl Drop for FinishedCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A worker running in a child process (this same executable).
+pub struct WorkerChild {
+    child: Child,
+}
+
+impl WorkerChild {
+    /// Starts a worker process with `concurrency` slots and waits until it
+    /// has connected and is listening.
+    pub fn start(
+        url: &str,
+        concurrency: usize,
+        retention_secs: Option<u64>,
+    ) -> Result<WorkerChild> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = Command::new(exe);
+        if cfg!(test) {
+            // Under the test harness, re-enter through the child test.
+            cmd.args([
+                "--exact",
+                "tests::worker_child",
+                "--nocapture",
+                "--test-threads=1",
+            ]);
+        }
+        let mut child = cmd
+            .env(CHILD_ENV, concurrency.to_string())
+            .env("DATABASE_URL", url)
+            .env(
+                RETENTION_ENV,
+                retention_secs.map(|s| s.to_string()).unwrap_or_default(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.trim() == "ready" => break,
+                Some(Ok(_)) => continue,
+                _ => return Err("worker child exited before it was ready".into()),
+            }
+        }
+        Ok(WorkerChild { child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident memory (VmHWM) in bytes.
+    pub fn peak_rss(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .ok_or("no VmHWM")?;
+        let kb: u64 = line.split_whitespace().nth(1).ok_or("bad VmHWM")?.parse()?;
+        Ok(kb * 1024)
+    }
+
+    /// CPU time used so far (user + system).
+    pub fn cpu_time(&self) -> Result<Duration> {
+        cpu_time_of(self.pid())
+    }
+
+    pub fn stop(mut self) -> Result<()> {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for WorkerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time of process `pid` from /proc/<pid>/stat (clock ticks of 1/100 s).
+pub fn cpu_time_of(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = stat.rsplit_once(')').ok_or("bad stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11).ok_or("no utime")?.parse()?;
+    let stime: u64 = fields.get(12).ok_or("no stime")?.parse()?;
+    Ok(Duration::from_millis((utime + stime) * 10))
+}
+
+/// The worker child's main: runs a no-op worker until stdin closes.
+pub async fn worker_child_main(concurrency: usize) -> Result<()> {
+    let url = std::env::var("DATABASE_URL")?;
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&url)
+        .await?;
+    let client = Client::new(pool);
+    let mut builder = conveyor::Worker::builder(&client)
+        .queues([QUEUE])
+        .concurrency(concurrency)
+        .register_fn(TASK, |_ctx, _args| async { Ok(Value::Null) });
+    if let Some(keep) = std::env::var(RETENTION_ENV)
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        let keep = Duration::from_secs(keep);
+        builder = builder
+            .retention(conveyor::Retention {
+                success: Some(keep),
+                failure: Some(keep),
+                cancelled: Some(keep),
+            })
+            .prune_interval(Duration::from_secs(10));
+    }
+    let worker = builder.start()?;
+    // The parent waits for this worker's LISTEN in pg_stat_activity too.
+    println!("ready");
+    std::io::stdout().flush()?;
+    tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin()
+            .read_line(&mut sink)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {}
+    })
+    .await?;
+    worker.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}
+
+/// The p-th percentile (0..=100) of sorted samples.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(&v, 50.0)
+}
+
+/// pgbench's transactions/s for a one-row insert transaction with `clients`
+/// clients for `secs` seconds, into a table shaped like a small job row.
+pub async fn pgbench_insert(db: &BenchDb, clients: usize, secs: u64) -> Result<Option<f64>> {
+    let Some(pgbench) = find_pg_binary("pgbench") else {
+        return Ok(None);
+    };
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_pgbench_insert (
+             id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+             payload jsonb NOT NULL)",
+    )
+    .execute(&db.pool)
+    .await?;
+    let script = std::env::temp_dir().join(format!("conveyor-bench-{}.sql", std::process::id()));
+    std::fs::write(
+        &script,
+        "INSERT INTO bench_pgbench_insert (payload) VALUES ('{}');\n",
+    )?;
+    let threads = clients.min(2);
+    let (script_path, url) = (script.clone(), db.url.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(pgbench)
+            .args(["-n", "-c", &clients.to_string(), "-j", &threads.to_string()])
+            .args(["-T", &secs.to_string(), "-f"])
+            .arg(&script_path)
+            .arg(&url)
+            .output()
+    })
+    .await??;
+    let _ = std::fs::remove_file(&script);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l["tps = ".len()..].split_whitespace().next())
+        .and_then(|n| n.parse().ok());
+    if tps.is_none() {
+        return Err(format!(
+            "pgbench printed no tps: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(tps)
+}
+
+/// A PostgreSQL client binary on PATH or under /usr/lib/postgresql/*/bin.
+pub fn find_pg_binary(name: &str) -> Option<std::path::PathBuf> {
+    if let Ok(path) = std::env::var("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let mut found: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin").join(name))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// Seconds since `start`.
+pub fn secs(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64()
+}
