@@ -14,6 +14,7 @@
 //! | [`Worker`] | run handlers for claimed jobs; graceful shutdown |
 //! | [`TaskError`] | retry, retry after a delay, or fail now |
 //! | [`Job`], [`JobState`] | a row of `conveyor.jobs` and its state |
+//! | `dashboard` | the web dashboard as an axum router (feature `dashboard`) |
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -40,6 +41,8 @@
 #![warn(missing_docs)]
 
 mod client;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 mod db;
 mod error;
 mod handle;

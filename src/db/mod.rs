@@ -6,6 +6,9 @@
 //! runs one statement on whatever connection it is given (a pool, a pooled
 //! connection, or the caller's transaction).
 
+#[cfg(feature = "dashboard")]
+pub(crate) mod dashboard;
+
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 

@@ -3,6 +3,7 @@
 
 mod cli;
 mod common;
+mod dashboard;
 mod enqueue;
 mod faults;
 mod metrics;

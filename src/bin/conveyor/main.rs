@@ -67,6 +67,8 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9090")]
         bind: String,
     },
+    /// Serve the web dashboard on http://BIND/ (queues, jobs, actions).
+    Dashboard(DashboardArgs),
     /// Enqueue a job.
     Enqueue {
         /// Task name.
@@ -84,6 +86,28 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         priority: i32,
     },
+}
+
+#[derive(Args)]
+struct DashboardArgs {
+    /// Address to listen on. A non-loopback address needs --token or
+    /// --basic-auth (or --allow-insecure).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    bind: String,
+    /// Require this token: `Authorization: Bearer TOKEN`, or open
+    /// http://BIND/?token=TOKEN once in a browser (sets a session cookie).
+    #[arg(long, env = "CONVEYOR_DASHBOARD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Accept HTTP basic authentication as USER:PASSWORD.
+    #[arg(long, env = "CONVEYOR_DASHBOARD_BASIC_AUTH", hide_env_values = true)]
+    basic_auth: Option<String>,
+    /// Show everything, change nothing: actions answer 403 and are hidden.
+    #[arg(long)]
+    read_only: bool,
+    /// Serve a non-loopback address without authentication (e.g. behind an
+    /// authenticating proxy).
+    #[arg(long)]
+    allow_insecure: bool,
 }
 
 #[derive(Subcommand)]
@@ -272,6 +296,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             axum::serve(listener, metrics.router(client)).await?;
             Ok(())
         }
+        Command::Dashboard(args) => dashboard(client, args).await,
         Command::Enqueue {
             name,
             args,
@@ -296,6 +321,43 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             )
         }
     }
+}
+
+async fn dashboard(client: Client, args: DashboardArgs) -> Result<(), Failure> {
+    let mut config = conveyor::dashboard::DashboardConfig::new()
+        .read_only(args.read_only)
+        .allow_insecure(args.allow_insecure);
+    if let Some(token) = args.token.filter(|t| !t.is_empty()) {
+        config = config.token(token);
+    }
+    if let Some(credentials) = args.basic_auth {
+        let (user, password) = credentials
+            .split_once(':')
+            .filter(|(user, _)| !user.is_empty())
+            .ok_or_else(|| Failure("--basic-auth: expected USER:PASSWORD".into()))?;
+        config = config.basic_auth(user, password);
+    }
+    // Check every address the name stands for before listening on any.
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(&args.bind)
+        .await
+        .map_err(|e| Failure(format!("--bind {}: {e}", args.bind)))?
+        .collect();
+    for addr in &addrs {
+        config.check_bind(*addr)?;
+    }
+    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+        .await
+        .map_err(|e| Failure(format!("cannot listen on {}: {e}", args.bind)))?;
+    let addr = listener.local_addr()?;
+    let mode = if args.read_only { ", read-only" } else { "" };
+    let auth = if config.requires_auth() {
+        ""
+    } else {
+        ", no authentication"
+    };
+    eprintln!("serving the dashboard on http://{addr}/{auth}{mode}");
+    conveyor::dashboard::serve(listener, client, config).await?;
+    Ok(())
 }
 
 fn redact(url: &str) -> String {

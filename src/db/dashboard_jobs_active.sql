@@ -1,0 +1,16 @@
+-- Dashboard: a page of jobs in one unfinished state ($1: scheduled, pending,
+-- started or retry), newest first, optionally of one queue ($2) and task
+-- ($3); $4 pages: only ids below it; $5 rows. Planned afresh with the actual
+-- values, so the state's partial index finds a small backlog and the
+-- primary key, read backwards, a big one. Light columns only: args and
+-- results stay in the detail view.
+SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempt, j.max_retries,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
+       left(j.last_error, 300) AS last_error
+FROM conveyor.jobs j
+WHERE j.state = $1
+  AND ($2::text IS NULL OR j.queue = $2)
+  AND ($3::text IS NULL OR j.task = $3)
+  AND ($4::uuid IS NULL OR j.id < $4)
+ORDER BY j.id DESC
+LIMIT $5

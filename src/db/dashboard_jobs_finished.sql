@@ -1,0 +1,29 @@
+-- Dashboard: a page of jobs in one final state ($1: success, failure or
+-- cancelled), most recently finished first, optionally of one queue ($2)
+-- and task ($3). Keyset paging on (finished_at, id): $4 and $5 are the last
+-- row of the previous page; $6 rows.
+--
+-- The page's ids are found first, in order, from jobs_finished_idx (state,
+-- finished_at), or from jobs_finished_queue_idx / jobs_finished_task_idx
+-- (V7) when a queue or task is given: those carry queue, task and id, so
+-- even a queue-and-task pair that matches nothing is ruled out from the
+-- index alone. Then only the page's rows are read. A page costs about its
+-- own rows however many finished jobs are kept.
+WITH page AS (
+    SELECT j.id, j.finished_at
+    FROM conveyor.jobs j
+    WHERE j.state = $1
+      AND j.finished_at IS NOT NULL
+      AND ($2::text IS NULL OR j.queue = $2)
+      AND ($3::text IS NULL OR j.task = $3)
+      AND ($4::timestamptz IS NULL
+           OR (j.finished_at <= $4 AND (j.finished_at, j.id) < ($4, $5::uuid)))
+    ORDER BY j.finished_at DESC, j.id DESC
+    LIMIT $6
+)
+SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempt, j.max_retries,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
+       left(j.last_error, 300) AS last_error
+FROM page p
+JOIN conveyor.jobs j ON j.id = p.id
+ORDER BY p.finished_at DESC, p.id DESC

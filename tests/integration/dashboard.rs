@@ -1,0 +1,780 @@
+//! The dashboard's router, driven in-process: its numbers match the table,
+//! lists page without gaps, actions change the database, and authentication,
+//! read-only mode and CSRF protection hold.
+
+use std::collections::HashSet;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use conveyor::dashboard::{self, DashboardConfig};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+use crate::common::{TestDb, count_jobs};
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+    text: String,
+}
+
+async fn send(router: &Router, method: Method, uri: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut request = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = router
+        .clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).to_string();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        text,
+    }
+}
+
+async fn get(router: &Router, uri: &str) -> Reply {
+    send(router, Method::GET, uri, &[]).await
+}
+
+/// A POST as the page's script sends it.
+async fn post(router: &Router, uri: &str) -> Reply {
+    send(router, Method::POST, uri, &[("x-conveyor-csrf", "1")]).await
+}
+
+fn open(db: &TestDb) -> Router {
+    dashboard::router(db.client.clone(), DashboardConfig::new())
+}
+
+/// Inserts `n` jobs by SQL; `extra` sets the state and its columns.
+async fn insert(db: &TestDb, n: i64, queue: &str, task: &str, extra: &str) -> Vec<Uuid> {
+    let (columns, values) = extra.split_once('|').unwrap_or(("", ""));
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO conveyor.jobs (queue, task{columns})
+         SELECT $1, $2{values} FROM generate_series(1, $3) i RETURNING id"
+    )))
+    .bind(queue)
+    .bind(task)
+    .bind(n)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+const FAILED_NOW: &str = ", state, attempt, finished_at, last_error|, 'failure', 1, now() - i * interval '1 second', 'boom ' || i";
+const SUCCEEDED_NOW: &str =
+    ", state, attempt, finished_at|, 'success', 1, now() - i * interval '1 second'";
+const STARTED: &str = ", state, attempt, lease_expires_at, worker_id, started_at|, 'started', 1, now() + interval '1 minute', 'w1', now()";
+
+#[tokio::test]
+async fn the_overview_counts_what_the_table_holds() {
+    let db = TestDb::new().await;
+    insert(&db, 4, "media", "resize", "").await;
+    insert(
+        &db,
+        2,
+        "media",
+        "resize",
+        ", state, run_at|, 'scheduled', now() + interval '1 hour'",
+    )
+    .await;
+    insert(
+        &db,
+        1,
+        "media",
+        "resize",
+        ", state, attempt, run_at, last_error|, 'retry', 1, now() + interval '1 minute', 'x'",
+    )
+    .await;
+    insert(&db, 3, "media", "resize", STARTED).await;
+    insert(&db, 5, "media", "resize", SUCCEEDED_NOW).await;
+    insert(
+        &db,
+        2,
+        "media",
+        "resize",
+        ", state, attempt, finished_at|, 'success', 1, now() - interval '2 hours'",
+    )
+    .await;
+    insert(&db, 2, "mail", "send", FAILED_NOW).await;
+    // Failed two days ago: kept, but outside the 24-hour window.
+    insert(
+        &db,
+        1,
+        "mail",
+        "send",
+        ", state, attempt, finished_at|, 'failure', 1, now() - interval '2 days'",
+    )
+    .await;
+    insert(
+        &db,
+        1,
+        "mail",
+        "send",
+        ", state, finished_at|, 'cancelled', now()",
+    )
+    .await;
+    db.client.pause_queue("idle").await.unwrap();
+    sqlx::query("ANALYZE conveyor.jobs")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let reply = get(&open(&db), "/api/overview").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let queues = reply.body["queues"].as_array().unwrap();
+    let names: Vec<&str> = queues
+        .iter()
+        .map(|q| q["queue"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["idle", "mail", "media"]);
+    let row = |name: &str| queues.iter().find(|q| q["queue"] == name).unwrap().clone();
+    let media = row("media");
+    for state in ["scheduled", "pending", "started", "retry"] {
+        let n = count_jobs(&db.pool, &format!("queue = 'media' AND state = '{state}'")).await;
+        assert_eq!(media[state].as_i64(), Some(n), "media {state}");
+    }
+    assert_eq!(media["succeeded_1m"], 5);
+    assert_eq!(
+        media["succeeded_1h"], 5,
+        "the two-hour-old ones are outside"
+    );
+    assert!(media["oldest_pending_secs"].as_f64().unwrap() >= 0.0);
+    let mail = row("mail");
+    assert_eq!(
+        (mail["failed_1m"].as_i64(), mail["failed_1h"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(mail["failed_24h"], 2);
+    assert_eq!(mail["cancelled_24h"], 1);
+    assert_eq!(mail["pending"], 0);
+    assert_eq!(row("idle")["paused"], true);
+    assert_eq!(media["paused"], false);
+
+    let totals = &reply.body["totals"];
+    assert_eq!(totals["failure"], 3);
+    assert_eq!(totals["success"], 7);
+    assert_eq!(totals["cancelled"], 1);
+    assert_eq!(totals["estimated_jobs"], count_jobs(&db.pool, "true").await);
+    assert_eq!(reply.body["read_only"], false);
+}
+
+/// Walks every page of a list; returns the ids in order.
+async fn walk(router: &Router, query: &str, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..100 {
+        let mut uri = format!("/api/jobs?{query}&limit={limit}");
+        if let Some(c) = &cursor {
+            uri.push_str(&format!("&cursor={c}"));
+        }
+        let reply = get(router, &uri).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let page = reply.body["jobs"].as_array().unwrap();
+        assert!(page.len() <= limit);
+        ids.extend(page.iter().map(|j| j["id"].as_str().unwrap().to_string()));
+        match reply.body["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return ids,
+        }
+    }
+    panic!("more than 100 pages");
+}
+
+#[tokio::test]
+async fn lists_page_by_keyset_without_overlap_or_gaps_and_search() {
+    let db = TestDb::new().await;
+    let router = open(&db);
+    let mut failed = insert(&db, 70, "mail", "send", FAILED_NOW).await;
+    // Ties on finished_at: the id breaks them.
+    failed.extend(insert(&db, 30, "mail", "charge", ", state, attempt, finished_at, last_error|, 'failure', 1, now() - interval '1 hour', 'declined'").await);
+    insert(&db, 5, "mail", "send", SUCCEEDED_NOW).await;
+
+    let first = get(&router, "/api/jobs?state=failure&limit=40").await;
+    assert_eq!(first.body["jobs"].as_array().unwrap().len(), 40);
+    assert!(first.body["next"].is_string());
+    let ids = walk(&router, "state=failure", 40).await;
+    assert_eq!(ids.len(), 100, "three pages: 40 + 40 + 20");
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), 100, "no job on two pages");
+    let expected: HashSet<String> = failed.iter().map(Uuid::to_string).collect();
+    assert_eq!(
+        unique.into_iter().cloned().collect::<HashSet<_>>(),
+        expected
+    );
+    // Most recently finished first.
+    let newest = &first.body["jobs"][0];
+    assert_eq!(newest["last_error"], "boom 1");
+
+    // Unfinished states page by id, newest first.
+    let pending = insert(&db, 7, "media", "resize", "").await;
+    let ids = walk(&router, "state=pending", 3).await;
+    let mut expected: Vec<String> = pending.iter().map(Uuid::to_string).collect();
+    expected.sort();
+    expected.reverse();
+    assert_eq!(ids, expected);
+
+    // Search by task and by queue.
+    let charged = walk(&router, "state=failure&task=charge", 50).await;
+    assert_eq!(charged.len(), 30);
+    let reply = get(&router, "/api/jobs?state=failure&task=charge&limit=5").await;
+    assert!(
+        reply.body["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["task"] == "charge")
+    );
+    assert_eq!(
+        walk(&router, "state=failure&queue=media", 50).await.len(),
+        0
+    );
+    assert_eq!(
+        walk(&router, "state=pending&queue=media&task=resize", 50)
+            .await
+            .len(),
+        7
+    );
+    assert_eq!(walk(&router, "state=success&task=send", 2).await.len(), 5);
+}
+
+#[tokio::test]
+async fn job_detail_shows_every_error_and_the_workflow() {
+    let db = TestDb::new().await;
+    let workflow = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO conveyor.workflows (id, kind, total, succeeded, failed) VALUES ($1, 'chord', 3, 1, 0)",
+    )
+    .bind(workflow)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let id: Uuid = sqlx::query_scalar(
+        "INSERT INTO conveyor.jobs (queue, task, args, headers, state, attempt, max_retries, run_at,
+                                    last_error, errors, workflow_id, workflow_index)
+         VALUES ('media', 'resize', '{\"w\": 64}', '{\"tenant\": \"acme\"}', 'retry', 2, 5,
+                 now() + interval '1 minute', 'disk full',
+                 '[{\"attempt\": 1, \"at\": \"2026-01-01T00:00:00Z\", \"error\": \"timeout\", \"worker_id\": \"w1\"},
+                   {\"attempt\": 2, \"at\": \"2026-01-01T00:01:00Z\", \"error\": \"disk full\", \"worker_id\": \"w2\"}]',
+                 $1, 1)
+         RETURNING id",
+    )
+    .bind(workflow)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    insert(
+        &db,
+        1,
+        "media",
+        "resize",
+        &format!(
+            ", state, finished_at, workflow_id, workflow_index|, 'success', now(), '{workflow}', 0"
+        ),
+    )
+    .await;
+    let router = open(&db);
+
+    let reply = get(&router, &format!("/api/jobs/{id}")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let job = &reply.body["job"];
+    assert_eq!(job["args"], json!({"w": 64}));
+    assert_eq!(job["headers"], json!({"tenant": "acme"}));
+    assert_eq!(job["state"], "retry");
+    assert_eq!(
+        (job["attempt"].as_i64(), job["max_retries"].as_i64()),
+        (Some(2), Some(5))
+    );
+    let errors: Vec<&str> = job["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["error"].as_str().unwrap())
+        .collect();
+    assert_eq!(errors, ["timeout", "disk full"]);
+    assert_eq!(job["errors"][1]["worker_id"], "w2");
+    assert_eq!(job["last_error"], "disk full");
+    let w = &reply.body["workflow"];
+    assert_eq!(
+        (w["kind"].as_str(), w["state"].as_str()),
+        (Some("chord"), Some("running"))
+    );
+    assert_eq!(
+        (
+            w["total"].as_i64(),
+            w["succeeded"].as_i64(),
+            w["failed"].as_i64()
+        ),
+        (Some(3), Some(1), Some(0))
+    );
+    let members = reply.body["workflow_jobs"].as_array().unwrap();
+    assert_eq!(members.len(), 2);
+    assert_eq!(members[1]["id"], id.to_string(), "in member order");
+
+    let missing = get(&router, &format!("/api/jobs/{}", Uuid::now_v7())).await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.body["error"].as_str().unwrap().contains("no job"));
+    for bad in ["/api/jobs/42", "/api/jobs/not-a-uuid/retry"] {
+        let reply = if bad.ends_with("retry") {
+            post(&router, bad).await
+        } else {
+            get(&router, bad).await
+        };
+        assert_eq!(reply.status, 400, "{bad}");
+        assert!(
+            reply.body["error"]
+                .as_str()
+                .unwrap()
+                .contains("not a job id"),
+            "{bad}"
+        );
+    }
+    for bad in [
+        "/api/jobs",
+        "/api/jobs?state=running",
+        "/api/jobs?state=failure&cursor=x",
+        "/api/jobs?state=pending&cursor=1_2",
+        "/api/jobs?state=failure&limit=ten",
+    ] {
+        let reply = get(&router, bad).await;
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.text);
+        assert!(reply.body["error"].is_string(), "{bad}");
+    }
+    assert_eq!(get(&router, "/api/nothing").await.status, 404);
+}
+
+#[tokio::test]
+async fn actions_change_the_database() {
+    let db = TestDb::new().await;
+    let router = open(&db);
+    let failed = insert(&db, 1, "mail", "send", FAILED_NOW).await[0];
+    let pending = insert(&db, 1, "mail", "send", "").await[0];
+    let started = insert(&db, 1, "mail", "send", STARTED).await[0];
+
+    let reply = post(&router, &format!("/api/jobs/{failed}/retry")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(
+        count_jobs(
+            &db.pool,
+            &format!("id = '{failed}' AND state = 'pending' AND attempt = 0")
+        )
+        .await,
+        1
+    );
+    let again = post(&router, &format!("/api/jobs/{pending}/retry")).await;
+    assert_eq!(
+        again.status, 409,
+        "only failed or cancelled jobs: {}",
+        again.text
+    );
+
+    let reply = post(&router, &format!("/api/jobs/{pending}/cancel")).await;
+    assert_eq!(
+        (reply.status, reply.body["state"].as_str()),
+        (StatusCode::OK, Some("cancelled"))
+    );
+    assert_eq!(
+        count_jobs(
+            &db.pool,
+            &format!("id = '{pending}' AND state = 'cancelled'")
+        )
+        .await,
+        1
+    );
+
+    let reply = post(&router, &format!("/api/jobs/{pending}/delete")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(count_jobs(&db.pool, &format!("id = '{pending}'")).await, 0);
+    let reply = post(&router, &format!("/api/jobs/{started}/delete")).await;
+    assert_eq!(
+        reply.status, 409,
+        "running jobs are cancelled first: {}",
+        reply.text
+    );
+    assert_eq!(count_jobs(&db.pool, &format!("id = '{started}'")).await, 1);
+    let gone = Uuid::now_v7();
+    for action in ["retry", "cancel", "delete"] {
+        assert_eq!(
+            post(&router, &format!("/api/jobs/{gone}/{action}"))
+                .await
+                .status,
+            404,
+            "{action}"
+        );
+    }
+    assert_eq!(
+        post(&router, &format!("/api/jobs/{failed}/explode"))
+            .await
+            .status,
+        404
+    );
+
+    let paused = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT paused_at IS NOT NULL FROM conveyor.queues WHERE name = 'mail'",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+    };
+    let reply = post(&router, "/api/queues/mail/pause").await;
+    assert_eq!(
+        (reply.status, reply.body["paused"].as_bool()),
+        (StatusCode::OK, Some(true))
+    );
+    assert_eq!(paused().await, Some(true));
+    let overview = get(&router, "/api/overview").await;
+    let mail = overview.body["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "mail")
+        .unwrap()
+        .clone();
+    assert_eq!(mail["paused"], true);
+    assert_eq!(post(&router, "/api/queues/mail/resume").await.status, 200);
+    assert_eq!(paused().await, Some(false));
+    // A queue name with a slash, percent-encoded in the path.
+    assert_eq!(
+        post(&router, "/api/queues/a%2Fb/pause").await.body["queue"],
+        "a/b"
+    );
+}
+
+#[tokio::test]
+async fn a_token_is_required_when_configured() {
+    let db = TestDb::new().await;
+    let router = dashboard::router(db.client.clone(), DashboardConfig::new().token("s3cret"));
+    let reply = get(&router, "/api/overview").await;
+    assert_eq!(reply.status, 401);
+    assert_eq!(reply.body["error"], "authentication required");
+    let wrong = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("authorization", "Bearer nope")],
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    let right = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("authorization", "Bearer s3cret")],
+    )
+    .await;
+    assert_eq!(right.status, 200);
+    assert_eq!(right.body["auth"], true);
+
+    // The page: a login form, then ?token= sets a session cookie.
+    let page = get(&router, "/").await;
+    assert_eq!(page.status, 401);
+    assert!(page.text.contains("name=\"token\""), "{}", page.text);
+    assert_eq!(get(&router, "/?token=nope").await.status, 401);
+    let login = get(&router, "/?token=s3cret").await;
+    assert_eq!(login.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        login.headers[header::LOCATION],
+        "/",
+        "the token leaves the address bar"
+    );
+    let cookie = login.headers[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains("s3cret"),
+        "the cookie holds a session, not the token"
+    );
+    let session = cookie.split(';').next().unwrap();
+    assert_eq!(
+        send(&router, Method::GET, "/", &[("cookie", session)])
+            .await
+            .status,
+        200
+    );
+    let api = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("cookie", session)],
+    )
+    .await;
+    assert_eq!(api.status, 200);
+    let forged = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("cookie", "conveyor_session=guess")],
+    )
+    .await;
+    assert_eq!(forged.status, 401);
+
+    // The login form.
+    let form = |token: &str| {
+        Request::post("/login")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(format!("token={token}")))
+            .unwrap()
+    };
+    let ok = router.clone().oneshot(form("s3cret")).await.unwrap();
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    assert!(
+        ok.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .starts_with("conveyor_session=")
+    );
+    assert_eq!(
+        router.clone().oneshot(form("nope")).await.unwrap().status(),
+        401
+    );
+    // Assets are public (the login page uses them).
+    assert_eq!(get(&router, "/assets/app.css").await.status, 200);
+}
+
+#[tokio::test]
+async fn basic_auth_when_configured() {
+    let db = TestDb::new().await;
+    let router = dashboard::router(
+        db.client.clone(),
+        DashboardConfig::new().basic_auth("ops", "pa:ss"),
+    );
+    let reply = get(&router, "/api/overview").await;
+    assert_eq!(reply.status, 401);
+    assert!(
+        reply.headers[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic ")
+    );
+    assert_eq!(get(&router, "/").await.status, 401);
+    // base64("ops:pa:ss") and base64("ops:wrong").
+    let good = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("authorization", "Basic b3BzOnBhOnNz")],
+    )
+    .await;
+    assert_eq!(good.status, 200);
+    let bad = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("authorization", "Basic b3BzOndyb25n")],
+    )
+    .await;
+    assert_eq!(bad.status, 401);
+    let garbage = send(
+        &router,
+        Method::GET,
+        "/api/overview",
+        &[("authorization", "Basic %%%")],
+    )
+    .await;
+    assert_eq!(garbage.status, 401);
+}
+
+#[tokio::test]
+async fn read_only_refuses_every_post() {
+    let db = TestDb::new().await;
+    let router = dashboard::router(db.client.clone(), DashboardConfig::new().read_only(true));
+    let failed = insert(&db, 1, "mail", "send", FAILED_NOW).await[0];
+    let pending = insert(&db, 1, "mail", "send", "").await[0];
+    for uri in [
+        format!("/api/jobs/{failed}/retry"),
+        format!("/api/jobs/{pending}/cancel"),
+        format!("/api/jobs/{failed}/delete"),
+        "/api/queues/mail/pause".to_string(),
+        "/api/queues/mail/resume".to_string(),
+    ] {
+        let reply = post(&router, &uri).await;
+        assert_eq!(reply.status, 403, "{uri}: {}", reply.text);
+        assert!(reply.body["error"].as_str().unwrap().contains("read-only"));
+    }
+    assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 1);
+    assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 1);
+    assert_eq!(count_jobs(&db.pool, "true").await, 2);
+    let overview = get(&router, "/api/overview").await;
+    assert_eq!(
+        (overview.status, overview.body["read_only"].as_bool()),
+        (StatusCode::OK, Some(true))
+    );
+}
+
+#[tokio::test]
+async fn mutations_without_the_csrf_header_or_from_another_origin_are_refused() {
+    let db = TestDb::new().await;
+    let router = open(&db);
+    let failed = insert(&db, 1, "mail", "send", FAILED_NOW).await[0];
+    let uri = format!("/api/jobs/{failed}/retry");
+    let bare = send(&router, Method::POST, &uri, &[]).await;
+    assert_eq!(bare.status, 403);
+    assert!(
+        bare.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("X-Conveyor-Csrf")
+    );
+    let cross = [
+        ("x-conveyor-csrf", "1"),
+        ("host", "127.0.0.1:8080"),
+        ("origin", "http://evil.example"),
+    ];
+    assert_eq!(send(&router, Method::POST, &uri, &cross).await.status, 403);
+    let site = [("x-conveyor-csrf", "1"), ("sec-fetch-site", "cross-site")];
+    assert_eq!(send(&router, Method::POST, &uri, &site).await.status, 403);
+    assert_eq!(
+        send(&router, Method::POST, "/api/queues/mail/pause", &[])
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        count_jobs(&db.pool, "state = 'failure'").await,
+        1,
+        "nothing changed"
+    );
+    let same = [
+        ("x-conveyor-csrf", "1"),
+        ("host", "127.0.0.1:8080"),
+        ("origin", "http://127.0.0.1:8080"),
+    ];
+    assert_eq!(send(&router, Method::POST, &uri, &same).await.status, 200);
+    assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 1);
+    // Reads need no header; GET never mutates.
+    assert_eq!(
+        get(&router, &format!("/api/jobs/{failed}")).await.status,
+        200
+    );
+    assert_eq!(send(&router, Method::GET, &uri, &[]).await.status, 405);
+}
+
+#[tokio::test]
+async fn the_page_and_assets_are_served_and_non_loopback_needs_auth() {
+    let db = TestDb::new().await;
+    let router = open(&db);
+    let page = get(&router, "/").await;
+    assert_eq!(page.status, 200);
+    assert!(page.text.contains("assets/app.js"));
+    assert!(
+        page.headers[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'")
+    );
+    let js = get(&router, "/assets/app.js").await;
+    assert!(
+        js.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert!(js.text.contains("X-Conveyor-Csrf"));
+    assert!(page.text.contains("<base href=\"/\">"));
+    // Mounted under a path: the page's relative URLs resolve below it.
+    let nested = Router::new().nest("/conveyor", open(&db));
+    let page = get(&nested, "/conveyor").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.text.contains("<base href=\"/conveyor/\">"),
+        "{}",
+        page.text
+    );
+    assert_eq!(get(&nested, "/conveyor/assets/app.js").await.status, 200);
+    assert_eq!(get(&nested, "/conveyor/api/overview").await.status, 200);
+    let guarded = Router::new().nest(
+        "/conveyor",
+        dashboard::router(db.client.clone(), DashboardConfig::new().token("t")),
+    );
+    let login = get(&guarded, "/conveyor?token=t").await;
+    assert_eq!(login.headers[header::LOCATION], "/conveyor");
+    let form = get(&guarded, "/conveyor").await;
+    assert!(
+        form.text.contains("<base href=\"/conveyor/\">"),
+        "{}",
+        form.text
+    );
+
+    let public = "0.0.0.0:8080".parse().unwrap();
+    let err = DashboardConfig::new()
+        .check_bind(public)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("refusing") && err.contains("--token"), "{err}");
+    assert!(DashboardConfig::new().token("t").check_bind(public).is_ok());
+    assert!(
+        DashboardConfig::new()
+            .basic_auth("u", "p")
+            .check_bind(public)
+            .is_ok()
+    );
+    assert!(
+        DashboardConfig::new()
+            .allow_insecure(true)
+            .check_bind(public)
+            .is_ok()
+    );
+    assert!(
+        DashboardConfig::new()
+            .check_bind("127.0.0.1:8080".parse().unwrap())
+            .is_ok()
+    );
+    assert!(
+        DashboardConfig::new()
+            .check_bind("[::1]:8080".parse().unwrap())
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn the_command_refuses_a_public_address_without_authentication() {
+    let db = TestDb::new().await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conveyor"))
+        .args([
+            "--database-url",
+            &db.url(),
+            "dashboard",
+            "--bind",
+            "0.0.0.0:0",
+        ])
+        .env_remove("CONVEYOR_DASHBOARD_TOKEN")
+        .env_remove("CONVEYOR_DASHBOARD_BASIC_AUTH")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to serve the dashboard on 0.0.0.0:0 without authentication"),
+        "{err}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_conveyor"))
+        .args([
+            "--database-url",
+            &db.url(),
+            "dashboard",
+            "--basic-auth",
+            "nocolon",
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("USER:PASSWORD"));
+}
