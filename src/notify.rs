@@ -207,7 +207,10 @@ impl WaiterHub {
 }
 
 /// Notifications to send, and who to tell once they are sent.
-type Outbox = (Vec<(&'static str, String)>, tokio::sync::oneshot::Sender<()>);
+type Outbox = (
+    Vec<(&'static str, String)>,
+    tokio::sync::oneshot::Sender<()>,
+);
 
 /// Sends notifications after their transaction committed, from a background
 /// task, in one statement per batch (duplicates merged), so concurrent
