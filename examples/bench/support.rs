@@ -304,7 +304,8 @@ impl WorkerChild {
         let mut lines = BufReader::new(stdout).lines();
         loop {
             match lines.next() {
-                Some(Ok(line)) if line.trim() == "ready" => break,
+                // Under the test harness "ready" follows "test tests::worker_child ... ".
+                Some(Ok(line)) if line.trim_end().ends_with("ready") => break,
                 Some(Ok(_)) => continue,
                 _ => return Err("worker child exited before it was ready".into()),
             }
