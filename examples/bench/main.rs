@@ -104,15 +104,17 @@ async fn run_all(db: &BenchDb, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> R
     }
     if wanted("F") {
         let mut f = scenarios::raw_ceiling(db, cfg).await?;
+        // Best C against the F run batched like it (the largest batch).
         let best_c = lines
             .iter()
             .filter(|l| l.scenario == "C")
             .map(|l| l.median)
             .fold(f64::NAN, f64::max);
-        if let Some(line) = f.first_mut()
+        if let Some(line) = f.last_mut()
             && best_c.is_finite()
+            && let Some(extra) = line.extra.as_object_mut()
         {
-            line.extra = serde_json::json!({"best_c_percent_of_f": 100.0 * best_c / line.median});
+            extra.insert("best_c_percent_of_f".into(), (100.0 * best_c / line.median).into());
         }
         emit(f, &mut lines);
     }

@@ -25,6 +25,8 @@ pub struct Config {
     pub batch: usize,
     /// C: concurrency levels of one worker process.
     pub concurrency: Vec<usize>,
+    /// F: claim/complete batch sizes.
+    pub raw_batches: Vec<usize>,
     /// D: jobs enqueued one at a time.
     pub latency_jobs: usize,
     /// E: seconds.
@@ -48,6 +50,7 @@ impl Config {
             jobs: 100_000,
             batch: 5_000,
             concurrency: vec![10, 100, 500],
+            raw_batches: vec![100, 500],
             latency_jobs: 1_000,
             mixed_secs: 60,
             history: vec![0, 1_000_000, 10_000_000],
@@ -67,6 +70,7 @@ impl Config {
             jobs: 2_000,
             batch: 500,
             concurrency: vec![10, 100],
+            raw_batches: vec![100],
             latency_jobs: 20,
             mixed_secs: 2,
             history: vec![0, 5_000],
@@ -259,7 +263,8 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
 
 /// F: the raw-SQL ceiling: the same row writes per job as Conveyor (insert,
 /// claim update, outcome update) on the same table and indexes, batched as
-/// the worker batches them, from one connection, no Rust logic in between.
+/// the worker batches them (a worker with concurrency 500 claims up to 500
+/// at a time), from one connection, no Rust logic in between.
 pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     const CLAIM: &str = "WITH picked AS (
             SELECT id FROM conveyor.jobs
@@ -269,49 +274,48 @@ pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         UPDATE conveyor.jobs j
         SET state = 'started', attempt = j.attempt + 1, started_at = now(),
             lease_expires_at = now() + interval '60 seconds', worker_id = 'raw'
-        FROM picked WHERE j.id = picked.id
+        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING j.id, j.attempt";
     const COMPLETE: &str = "UPDATE conveyor.jobs j
         SET state = 'success', result = 'null'::jsonb, finished_at = now(),
             lease_expires_at = NULL, worker_id = NULL
         FROM unnest($1::uuid[], $2::int[]) AS o(id, attempt)
-        WHERE j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'";
-    let mut runs = Vec::new();
-    for _ in 0..cfg.runs {
-        db.preload(cfg.jobs, 5_000).await?;
-        let mut conn = db.pool.acquire().await?;
-        let start = Instant::now();
-        let mut done = 0usize;
-        loop {
-            let rows: Vec<(uuid::Uuid, i32)> = sqlx::query_as(CLAIM)
-                .bind(QUEUE)
-                .bind(100i64)
-                .fetch_all(&mut *conn)
-                .await?;
-            if rows.is_empty() {
-                break;
+        WHERE j.id = ANY($1) AND j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'";
+    let mut lines = Vec::new();
+    for batch in cfg.raw_batches.clone() {
+        let mut runs = Vec::new();
+        for _ in 0..cfg.runs {
+            db.preload(cfg.jobs, 5_000).await?;
+            let mut conn = db.pool.acquire().await?;
+            let start = Instant::now();
+            let mut done = 0usize;
+            loop {
+                let rows: Vec<(uuid::Uuid, i32)> = sqlx::query_as(CLAIM)
+                    .bind(QUEUE)
+                    .bind(batch as i64)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                if rows.is_empty() {
+                    break;
+                }
+                let (ids, attempts): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+                done += ids.len();
+                // Planned per call, as Conveyor plans its outcome batches.
+                sqlx::query(COMPLETE)
+                    .persistent(false)
+                    .bind(ids)
+                    .bind(attempts)
+                    .execute(&mut *conn)
+                    .await?;
             }
-            let (ids, attempts): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
-            done += ids.len();
-            sqlx::query(COMPLETE)
-                .bind(ids)
-                .bind(attempts)
-                .execute(&mut *conn)
-                .await?;
+            runs.push(done as f64 / secs(start));
+            drop(conn);
+            db.clear_queue().await?;
         }
-        runs.push(done as f64 / secs(start));
-        drop(conn);
-        db.clear_queue().await?;
+        let variant = format!("raw SQL claim {batch} + complete {batch}, {} jobs, 1 connection", cfg.jobs);
+        lines.push(Line::new("F", variant, "jobs/s", runs).with(json!({"batch": batch})));
     }
-    Ok(vec![Line::new(
-        "F",
-        format!(
-            "raw SQL claim 100 + complete 100, {} jobs, 1 connection",
-            cfg.jobs
-        ),
-        "jobs/s",
-        runs,
-    )])
+    Ok(lines)
 }
 
 /// D: commit → handler start, idle worker, one job per transaction at ~50/s.

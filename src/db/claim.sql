@@ -7,6 +7,8 @@
 -- rate window (NULL: none): the caller then runs this right after locking the
 -- queue's row (conveyor.queues) in the same transaction, so the count of
 -- started jobs below is current.
+-- (Rows are matched with = ANY(array): a cached generic plan then still
+-- looks them up by primary key instead of hash-joining the whole table.)
 WITH room AS (
     SELECT greatest(0, least(
                $3::bigint,
@@ -30,6 +32,5 @@ SET state = 'started',
     started_at = now(),
     lease_expires_at = now() + make_interval(secs => $4),
     worker_id = $5
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING {job_columns}

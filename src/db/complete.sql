@@ -36,7 +36,8 @@ updated AS (
         lease_expires_at = NULL,
         worker_id = NULL
     FROM outcome o
-    WHERE j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'
+    WHERE j.id = ANY($1::uuid[]) AND j.id = o.id AND j.attempt = o.attempt
+      AND j.state = 'started'
     RETURNING j.id, j.queue, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),

@@ -5,5 +5,5 @@
 UPDATE conveyor.jobs j
 SET lease_expires_at = now() + make_interval(secs => $3)
 FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
-WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'started'
+WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.attempt = r.attempt AND j.state = 'started'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel

@@ -22,6 +22,12 @@ use crate::job::{Job, JobId, JobState};
 /// The default schema.
 pub(crate) const DEFAULT_SCHEMA: &str = "conveyor";
 
+// Statements that join the jobs table to arrays of many rows (outcomes,
+// leases) run unprepared, `.persistent(false)`, so PostgreSQL plans them with
+// the actual arrays at every call. A cached generic plan guesses the arrays'
+// sizes and can pick a nested loop comparing every row with every row: it
+// took 500 ms to record a batch of 1,000 outcomes instead of 15.
+
 /// Statement texts for one schema.
 #[derive(Debug)]
 pub(crate) struct Queries {
@@ -597,6 +603,8 @@ pub(crate) async fn complete<'e>(
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
     let retry_in: Vec<Option<f64>> = outcomes.iter().map(|o| o.retry_in_secs).collect();
     let row = sqlx::query(q.complete)
+        // Planned with the actual arrays each time (see the note above `Queries`).
+        .persistent(false)
         .bind(&ids)
         .bind(&attempts)
         .bind(&states)
@@ -607,9 +615,13 @@ pub(crate) async fn complete<'e>(
         .await?;
     let finished: Option<String> = row.try_get("finished_ids")?;
     let wake: Vec<String> = row.try_get("wake")?;
-    let notes = finished
-        .map(|ids| (q.job_finished_channel, ids))
-        .into_iter()
+    // At most 200 ids per notification: payloads must stay under 8000 bytes.
+    let ids: Vec<&str> = finished
+        .as_deref()
+        .map_or(Vec::new(), |f| f.split(',').collect());
+    let notes = ids
+        .chunks(200)
+        .map(|chunk| (q.job_finished_channel, chunk.join(",")))
         .chain(wake.into_iter().map(|p| (q.job_ready_channel, p)))
         .collect();
     Ok(Completed {
@@ -686,6 +698,8 @@ pub(crate) async fn heartbeat<'e>(
     let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
     let rows = sqlx::query(q.heartbeat)
+        // Planned with the actual arrays each time (see the note above `Queries`).
+        .persistent(false)
         .bind(&ids)
         .bind(&attempts)
         .bind(lease_secs)
@@ -766,6 +780,8 @@ pub(crate) async fn release<'e>(
     let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
     let row = sqlx::query(q.release)
+        // Planned with the actual arrays each time (see the note above `Queries`).
+        .persistent(false)
         .bind(&ids)
         .bind(&attempts)
         .bind(worker_id)

@@ -10,7 +10,7 @@ WITH due AS (
 ),
 promoted AS (
     UPDATE conveyor.jobs j SET state = 'pending'
-    FROM due WHERE j.id = due.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM promoted) AS promoted,

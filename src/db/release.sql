@@ -9,7 +9,7 @@ WITH released AS (
         lease_expires_at = NULL,
         worker_id = NULL
     FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
-    WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'started' AND j.worker_id = $3
+    WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.attempt = r.attempt AND j.state = 'started' AND j.worker_id = $3
     RETURNING j.queue
 ),
 woken AS (

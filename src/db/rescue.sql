@@ -23,8 +23,7 @@ rescued AS (
                            THEN NULL ELSE now() END,
         lease_expires_at = NULL,
         worker_id = NULL
-    FROM expired
-    WHERE j.id = expired.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
     RETURNING j.id, j.queue, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),

@@ -12,9 +12,8 @@ use crate::client::Client;
 use crate::db::{self, OutcomeRow};
 use crate::job::JobId;
 
-/// Outcomes per statement; also keeps the finished-ids notification payload
-/// under PostgreSQL's 8000-byte limit (37 bytes per id).
-pub(crate) const MAX_BATCH: usize = 200;
+/// Outcomes per statement.
+pub(crate) const MAX_BATCH: usize = 1_000;
 
 /// Attempts whose outcome is handed over but not yet written: the heartbeat
 /// keeps renewing their leases, so a slow or unreachable database does not

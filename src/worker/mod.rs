@@ -107,7 +107,7 @@ impl Worker {
             queues: vec![crate::client::DEFAULT_QUEUE.to_string()],
             weights: None,
             concurrency: DEFAULT_CONCURRENCY,
-            max_claim: 100,
+            max_claim: 1_000,
             lease: DEFAULT_LEASE,
             safety_interval: DEFAULT_SAFETY_INTERVAL,
             default_timeout: None,
@@ -155,7 +155,8 @@ impl WorkerBuilder {
         self.concurrency = concurrency;
         self
     }
-    /// Most jobs claimed by one statement (default 100).
+    /// Most jobs claimed by one statement (default 1,000; a claim never asks
+    /// for more than the free slots).
     pub fn max_claim_batch(mut self, max: usize) -> Self {
         self.max_claim = max;
         self

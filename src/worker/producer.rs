@@ -23,6 +23,11 @@ use crate::worker::{RunningJob, RunningJobs};
 /// Most scheduled jobs promoted to pending per statement.
 const PROMOTE_BATCH: i64 = 1_000;
 
+/// While jobs are running, a claim for fewer than half a batch of free slots
+/// waits up to this long for more slots to free up, so that a busy worker
+/// claims (and commits) in batches rather than one job at a time.
+const COALESCE: Duration = Duration::from_millis(2);
+
 pub(crate) struct Producer {
     pub client: Client,
     pub worker_id: Arc<str>,
@@ -67,11 +72,12 @@ impl Producer {
         let mut next_due: Option<Instant> = None;
         let mut errors = reconnect_backoff();
         let mut error_wait: Option<Instant> = None;
+        let mut claim_at: Option<Instant> = None;
 
         while !*self.shutdown.borrow() {
             if error_wait.is_none() {
                 match self
-                    .fill_slots(&mut tasks, &mut maybe_work, &mut next_due)
+                    .fill_slots(&mut tasks, &mut maybe_work, &mut next_due, &mut claim_at)
                     .await
                 {
                     Ok(()) => errors.reset(),
@@ -83,7 +89,7 @@ impl Producer {
                 }
             }
             let safety = Instant::now() + self.safety_interval;
-            let timer = [next_due, error_wait, Some(safety)]
+            let timer = [next_due, error_wait, claim_at, Some(safety)]
                 .into_iter()
                 .flatten()
                 .min()
@@ -103,6 +109,9 @@ impl Producer {
                     let now = Instant::now();
                     if error_wait.is_some_and(|at| at <= now) {
                         error_wait = None;
+                    }
+                    if claim_at.is_some_and(|at| at <= now) {
+                        claim_at = Some(now);
                     }
                     if safety <= now {
                         self.refresh_queues.store(true, Ordering::Relaxed);
@@ -125,6 +134,7 @@ impl Producer {
         tasks: &mut JoinSet<()>,
         maybe_work: &mut bool,
         next_due: &mut Option<Instant>,
+        claim_at: &mut Option<Instant>,
     ) -> crate::Result<()> {
         let client = self.client.clone();
         let inner = &client.inner;
@@ -156,7 +166,17 @@ impl Producer {
                 .inspect_err(|_| self.refresh_queues.store(true, Ordering::Relaxed))?;
         }
         while *maybe_work && tasks.len() < self.concurrency {
-            let mut want = (self.concurrency - tasks.len()).min(self.max_claim);
+            let free = self.concurrency - tasks.len();
+            let half_batch = self.concurrency.min(self.max_claim).div_ceil(2);
+            if free < half_batch && !tasks.is_empty() {
+                // Few slots free: give others a moment to free up (see COALESCE).
+                let at = *claim_at.get_or_insert_with(|| Instant::now() + COALESCE);
+                if at > Instant::now() {
+                    return Ok(());
+                }
+            }
+            *claim_at = None;
+            let mut want = free.min(self.max_claim);
             let asked = want;
             for (queue, share) in self.plan(want) {
                 let inner = &self.client.inner;
