@@ -358,6 +358,8 @@ pub(crate) struct ClientInner {
     pub(crate) queries: &'static Queries,
     pub(crate) waiters: WaiterHub,
     pub(crate) notifier: crate::notify::Notifier,
+    /// Autocommit inserts in flight on this client (see `insert_autocommit`).
+    pub(crate) inserting: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Client {
@@ -391,6 +393,7 @@ impl ClientBuilder {
             inner: Arc::new(ClientInner {
                 waiters: WaiterHub::new(self.pool.clone(), queries),
                 notifier: crate::notify::Notifier::new(self.pool.clone(), queries),
+                inserting: std::sync::atomic::AtomicUsize::new(0),
                 pool: self.pool,
                 queries,
             }),
@@ -535,14 +538,26 @@ impl Client {
         ))
     }
 
-    /// Inserts at most [`BULK_CHUNK`] plain jobs in one autocommit statement
-    /// whose trigger does not notify, then wakes workers from outside that
-    /// transaction (see migration V8): concurrent enqueues then commit side by
-    /// side instead of one after another behind PostgreSQL's notify lock.
+    /// Inserts at most [`BULK_CHUNK`] plain jobs in one autocommit statement.
+    /// Alone, it lets the trigger notify at commit (one round trip). With
+    /// other inserts of this client in flight, its trigger does not notify
+    /// and the client wakes workers from outside the transaction instead
+    /// (see migration V8), so concurrent enqueues commit side by side rather
+    /// than one after another behind PostgreSQL's notify lock.
     async fn insert_autocommit<O>(&self, rows: Vec<InsertRow>) -> Result<Vec<JobHandle<O>>> {
+        use std::sync::atomic::Ordering;
+        struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let concurrent = self.inner.inserting.fetch_add(1, Ordering::Relaxed) > 0;
+        let in_flight = InFlight(&self.inner.inserting);
         let mut conn = self.inner.pool.acquire().await?;
-        let (handles, notes) = self.insert_rows(&mut conn, rows, true).await?;
+        let (handles, notes) = self.insert_rows(&mut conn, rows, concurrent).await?;
         drop(conn);
+        drop(in_flight);
         // Returns once sent (or given up on: the jobs are committed either way).
         let _ = self.inner.notifier.send(notes).await;
         Ok(handles)

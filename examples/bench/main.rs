@@ -114,7 +114,10 @@ async fn run_all(db: &BenchDb, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> R
             && best_c.is_finite()
             && let Some(extra) = line.extra.as_object_mut()
         {
-            extra.insert("best_c_percent_of_f".into(), (100.0 * best_c / line.median).into());
+            extra.insert(
+                "best_c_percent_of_f".into(),
+                (100.0 * best_c / line.median).into(),
+            );
         }
         emit(f, &mut lines);
     }

@@ -9,8 +9,8 @@ use conveyor::NewJob;
 use serde_json::{Value, json};
 
 use crate::support::{
-    BenchDb, FinishedCounter, QUEUE, Result, TASK, WorkerChild, median, percentile, pgbench_insert,
-    secs,
+    BenchDb, FinishedCounter, PgbenchScript, QUEUE, Result, TASK, WorkerChild, median, percentile,
+    pgbench, secs,
 };
 
 /// Sizes and durations of one benchmark run.
@@ -137,6 +137,8 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     for clients in [1usize, 8] {
         let mut ours = Vec::new();
         let mut theirs = Vec::new();
+        let mut sql_enqueue = Vec::new();
+        let mut raw_row = Vec::new();
         for _ in 0..cfg.runs {
             let done = Arc::new(AtomicU64::new(0));
             let start = Instant::now();
@@ -158,27 +160,37 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 r??;
             }
             ours.push(done.load(Ordering::Relaxed) as f64 / secs(start));
-            if let Some(tps) = pgbench_insert(db, clients, cfg.enqueue_secs).await? {
+            let secs = cfg.enqueue_secs;
+            if let Some(tps) = pgbench(db, PgbenchScript::PlainInsert, clients, secs).await? {
                 theirs.push(tps);
             }
+            if let Some(tps) = pgbench(db, PgbenchScript::SqlEnqueue, clients, secs).await? {
+                sql_enqueue.push(tps);
+            }
+            if let Some(tps) = pgbench(db, PgbenchScript::RawJobRow, clients, secs).await? {
+                raw_row.push(tps);
+            }
         }
-        let pg = if theirs.is_empty() {
-            None
-        } else {
-            Some(median(&theirs))
-        };
+        let med = |v: &[f64]| (!v.is_empty()).then(|| median(v));
+        let (pg, sql, raw) = (med(&theirs), med(&sql_enqueue), med(&raw_row));
         let line = Line::new(
             "A",
             format!("enqueue, 1 job/transaction, {clients} client(s)"),
             "jobs/s",
             ours,
         );
-        let ratio = pg.map(|pg| 100.0 * line.median / pg);
-        lines.push(line.with(
-            json!({"pgbench_tps_median": pg, "pgbench_runs": theirs, "percent_of_pgbench": ratio}),
-        ));
+        let pct = |of: Option<f64>| of.map(|of| 100.0 * line.median / of);
+        let extra = json!({
+            "pgbench_insert_tps": pg, "pgbench_insert_runs": theirs,
+            "percent_of_pgbench_insert": pct(pg),
+            "pgbench_sql_enqueue_tps": sql, "pgbench_sql_enqueue_runs": sql_enqueue,
+            "percent_of_pgbench_sql_enqueue": pct(sql),
+            "pgbench_raw_job_row_tps": raw, "pgbench_raw_job_row_runs": raw_row,
+            "percent_of_pgbench_raw_job_row": pct(raw),
+        });
+        lines.push(line.with(extra));
     }
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_a'")
+    sqlx::query("DELETE FROM conveyor.jobs WHERE queue IN ('bench_a', 'bench_pgbench')")
         .execute(&db.pool)
         .await?;
     Ok(lines)
@@ -312,7 +324,10 @@ pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             drop(conn);
             db.clear_queue().await?;
         }
-        let variant = format!("raw SQL claim {batch} + complete {batch}, {} jobs, 1 connection", cfg.jobs);
+        let variant = format!(
+            "raw SQL claim {batch} + complete {batch}, {} jobs, 1 connection",
+            cfg.jobs
+        );
         lines.push(Line::new("F", variant, "jobs/s", runs).with(json!({"batch": batch})));
     }
     Ok(lines)

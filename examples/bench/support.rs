@@ -22,6 +22,8 @@ pub const TASK: &str = "noop";
 
 /// Env var that turns this executable into a worker child process.
 pub const CHILD_ENV: &str = "CONVEYOR_BENCH_WORKER";
+/// Env var that turns sqlx's ping-before-acquire back on (its default).
+pub const PING_ENV: &str = "CONVEYOR_BENCH_PING";
 /// Env var giving the worker child a retention (seconds) and a 10 s pruning pass.
 pub const RETENTION_ENV: &str = "CONVEYOR_BENCH_RETENTION_SECS";
 
@@ -50,8 +52,11 @@ impl BenchDb {
             .await?;
         admin.close().await;
         let url = with_database(base_url, &name);
+        // No ping before each acquire (sqlx's default adds a round trip to
+        // every statement; docs/benchmarks.md shows what it costs).
         let pool = PgPoolOptions::new()
             .max_connections(pool_size)
+            .test_before_acquire(std::env::var(PING_ENV).is_ok())
             .connect(&url)
             .await?;
         conveyor::migrate(&pool).await?;
@@ -364,6 +369,7 @@ pub async fn worker_child_main(concurrency: usize) -> Result<()> {
     let url = std::env::var("DATABASE_URL")?;
     let pool = PgPoolOptions::new()
         .max_connections(8)
+        .test_before_acquire(std::env::var(PING_ENV).is_ok())
         .connect(&url)
         .await?;
     let client = Client::new(pool);
@@ -416,9 +422,27 @@ pub fn median(values: &[f64]) -> f64 {
     percentile(&v, 50.0)
 }
 
-/// pgbench's transactions/s for a one-row insert transaction with `clients`
-/// clients for `secs` seconds, into a table shaped like a small job row.
-pub async fn pgbench_insert(db: &BenchDb, clients: usize, secs: u64) -> Result<Option<f64>> {
+/// What pgbench runs as its one-statement transaction.
+#[derive(Clone, Copy, Debug)]
+pub enum PgbenchScript {
+    /// A one-row insert into a two-column table (uuid key, jsonb).
+    PlainInsert,
+    /// `SELECT conveyor.enqueue(...)`: the same job row, index entries and
+    /// notification as a Conveyor enqueue, from SQL.
+    SqlEnqueue,
+    /// A job row inserted into conveyor.jobs with its notification
+    /// suppressed: the table's own cost, with no queue logic at all.
+    RawJobRow,
+}
+
+/// pgbench's transactions/s for `script` with `clients` clients for `secs`
+/// seconds (prepared statements).
+pub async fn pgbench(
+    db: &BenchDb,
+    script: PgbenchScript,
+    clients: usize,
+    secs: u64,
+) -> Result<Option<f64>> {
     let Some(pgbench) = find_pg_binary("pgbench") else {
         return Ok(None);
     };
@@ -429,16 +453,30 @@ pub async fn pgbench_insert(db: &BenchDb, clients: usize, secs: u64) -> Result<O
     )
     .execute(&db.pool)
     .await?;
+    let script_kind = script;
     let script = std::env::temp_dir().join(format!("conveyor-bench-{}.sql", std::process::id()));
-    std::fs::write(
-        &script,
-        "INSERT INTO bench_pgbench_insert (payload) VALUES ('{}');\n",
-    )?;
+    let sql = match script_kind {
+        PgbenchScript::PlainInsert => "INSERT INTO bench_pgbench_insert (payload) VALUES ('{}');\n",
+        PgbenchScript::SqlEnqueue => "SELECT conveyor.enqueue('noop', '{}', 'bench_pgbench');\n",
+        PgbenchScript::RawJobRow => {
+            "WITH d AS MATERIALIZED (SELECT set_config('conveyor.defer_notify', 'on', true)) \
+             INSERT INTO conveyor.jobs (task, queue) SELECT 'noop', 'bench_pgbench' FROM d;\n"
+        }
+    };
+    std::fs::write(&script, sql)?;
     let threads = clients.min(2);
     let (script_path, url) = (script.clone(), db.url.clone());
     let out = tokio::task::spawn_blocking(move || {
         Command::new(pgbench)
-            .args(["-n", "-c", &clients.to_string(), "-j", &threads.to_string()])
+            .args([
+                "-n",
+                "-M",
+                "prepared",
+                "-c",
+                &clients.to_string(),
+                "-j",
+                &threads.to_string(),
+            ])
             .args(["-T", &secs.to_string(), "-f"])
             .arg(&script_path)
             .arg(&url)

@@ -41,6 +41,7 @@ pub(crate) struct Queries {
     /// Channel announcing changed queue settings: payload = queue name.
     pub queue_changed_channel: &'static str,
     insert_jobs: &'static str,
+    insert_job: &'static str,
     notify: &'static str,
     copy_jobs: &'static str,
     defer_notify: &'static str,
@@ -125,6 +126,7 @@ impl Queries {
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
             queue_changed_channel: leak(format!("{schema}.queue_changed")),
             insert_jobs: load(include_str!("insert_jobs.sql")),
+            insert_job: load(include_str!("insert_job.sql")),
             notify: load(include_str!("notify.sql")),
             copy_jobs: load(include_str!("copy_jobs.sql")),
             defer_notify: load(include_str!("defer_notify.sql")),
@@ -210,6 +212,9 @@ pub(crate) async fn insert_jobs(
     rows: &[InsertRow],
     defer_notify: bool,
 ) -> Result<Vec<Inserted>> {
+    if let [row] = rows {
+        return Ok(vec![insert_job(conn, q, row, defer_notify).await?]);
+    }
     let mut ids = Vec::with_capacity(rows.len());
     let mut queues = Vec::with_capacity(rows.len());
     let mut tasks = Vec::with_capacity(rows.len());
@@ -337,6 +342,45 @@ pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)])
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// [`insert_jobs`] for one row, with a statement that is cheap to plan.
+async fn insert_job(
+    conn: &mut PgConnection,
+    q: &Queries,
+    row: &InsertRow,
+    defer_notify: bool,
+) -> Result<Inserted> {
+    let inserted: Option<(JobId, String)> = sqlx::query_as(q.insert_job)
+        .bind(row.id)
+        .bind(&row.queue)
+        .bind(&row.task)
+        .bind(&row.args)
+        .bind(&row.headers)
+        .bind(row.priority)
+        .bind(row.run_at)
+        .bind(row.delay_secs)
+        .bind(row.max_retries)
+        .bind(row.backoff_base_secs)
+        .bind(row.timeout_secs)
+        .bind(&row.on_success)
+        .bind(&row.on_error)
+        .bind(defer_notify)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(match inserted {
+        Some((id, state)) => Inserted {
+            id,
+            state: Some(parse_state(&state)?),
+            inserted: true,
+        },
+        // The id exists: its state, or None if this transaction cannot see it.
+        None => Inserted {
+            id: row.id,
+            state: fetch_state(&mut *conn, q, row.id).await?,
+            inserted: false,
+        },
+    })
 }
 
 /// Enqueues one job spec under a uniqueness key (`None`: the default key

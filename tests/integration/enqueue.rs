@@ -513,7 +513,7 @@ async fn testing_helpers_see_uncommitted_jobs_and_run_handlers_inline() {
 }
 
 #[tokio::test]
-async fn own_transaction_enqueues_notify_after_commit() {
+async fn own_transaction_enqueues_notify_once_per_call_and_queue() {
     let db = TestDb::new().await;
     let c = db.client.clone();
     let seen = job_ready_notifications(&db.pool, async move {
@@ -608,4 +608,61 @@ async fn copy_bulk_enqueue_stores_exactly_what_insert_stores() {
         count_jobs(&db.pool, "true").await,
         1 + 2 * conveyor::COPY_MIN as i64 - 1
     );
+}
+
+#[tokio::test]
+async fn notifications_sent_after_commit_wake_an_idle_worker() {
+    let db = TestDb::new().await;
+    // Safety interval of an hour: only a notification can wake this worker.
+    let worker = echo_worker(&db.client)
+        .concurrency(50)
+        .safety_interval(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    wait_for_listen(&db.pool, 1).await;
+    let warmup = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 0, b: 0 }))
+        .await
+        .unwrap();
+    warmup.wait(WAIT).await.unwrap();
+
+    // COPY always leaves the notification to the client, after the commit.
+    let jobs = (0..conveyor::COPY_MIN as i64)
+        .map(|i| Add::job(AddArgs { a: i, b: 0 }))
+        .collect();
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    let last = handles.last().unwrap().wait(WAIT).await.unwrap();
+    assert_eq!(last, conveyor::COPY_MIN as i64 - 1);
+
+    // Concurrent single enqueues: all but the first in flight defer theirs.
+    let calls = (0..20).map(|i| {
+        let client = db.client.clone();
+        async move { client.enqueue(Add::job(AddArgs { a: i, b: 1 })).await }
+    });
+    let handles = futures_join_all(calls).await;
+    for (i, handle) in handles.into_iter().enumerate() {
+        assert_eq!(handle.unwrap().wait(WAIT).await.unwrap(), i as i64 + 1);
+    }
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Runs futures concurrently on this task (no extra crate for join_all).
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    for (i, f) in futures.into_iter().enumerate() {
+        set.spawn(async move { (i, f.await) });
+    }
+    let mut out: Vec<(usize, F::Output)> = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        out.push(joined.expect("task"));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, o)| o).collect()
 }
