@@ -648,11 +648,9 @@ async fn notifications_sent_after_commit_wake_an_idle_worker() {
 }
 
 /// Runs futures concurrently on this task (no extra crate for join_all).
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl IntoIterator<Item = F>,
-) -> Vec<F::Output>
+async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let mut set = tokio::task::JoinSet::new();
