@@ -56,7 +56,7 @@ impl Config {
             history: vec![0, 1_000_000, 10_000_000],
             future: 1_000_000,
             soak_secs: 1_800,
-            soak_rate: 2_000,
+            soak_rate: 5_000,
             soak_sample_secs: 60,
             idle_secs: 60,
         }
@@ -421,13 +421,13 @@ fn spawn_producers(
 }
 
 /// E: 4 producers enqueueing as fast as they can while one worker process
-/// (concurrency 100) works, for a fixed time.
+/// (concurrency 500) works, for a fixed time.
 pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut processed = Vec::new();
     let mut enqueued_rates = Vec::new();
     let mut depths = Vec::new();
     for _ in 0..cfg.runs {
-        let child = WorkerChild::start(&db.url, 100, None)?;
+        let child = WorkerChild::start(&db.url, 500, None)?;
         db.wait_listeners(1).await?;
         let counter = FinishedCounter::listen(&db.url).await?;
         let enqueued = Arc::new(AtomicU64::new(0));
@@ -453,7 +453,7 @@ pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let line = Line::new(
         "E",
         format!(
-            "4 producers (batches of 50) + 1 worker x 100, {} s",
+            "4 producers (batches of 50) + 1 worker x 500, {} s",
             cfg.mixed_secs
         ),
         "jobs/s",
@@ -501,6 +501,10 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
 /// H: a steady enqueue rate for a long time with pruning on; table and index
 /// size and throughput sampled over time.
 pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
+    let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
+        .fetch_one(&db.pool)
+        .await?;
+    let vacuum = autovacuum != "on";
     let child = WorkerChild::start(&db.url, 100, Some(60))?;
     db.wait_listeners(1).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
@@ -514,6 +518,12 @@ pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     while Instant::now() < until {
         next += Duration::from_secs(cfg.soak_sample_secs);
         tokio::time::sleep_until(next.into()).await;
+        if vacuum {
+            // Stand-in for autovacuum, which this server has turned off.
+            sqlx::query("VACUUM conveyor.jobs")
+                .execute(&db.pool)
+                .await?;
+        }
         let seen = counter.seen();
         let (table, indexes) = db.sizes().await?;
         let depth = db.count_state("pending").await?;
@@ -563,6 +573,7 @@ pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         "last_interval_percent_of_first": 100.0 * last_rate / first,
         "size_mib_at_half": size_at(n / 2),
         "size_mib_at_end": size_at(n.saturating_sub(1)),
+        "vacuum_by_bench_each_sample": vacuum,
         "samples": samples,
     }))])
 }

@@ -36,8 +36,11 @@ inserted AS (
     ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
     RETURNING id, state
 )
-SELECT i.id, coalesce(n.state, j.state) AS state, n.id IS NOT NULL AS inserted
+-- An existing job's state is looked up by primary key, and only for ids that
+-- were not inserted (a join here let a cached generic plan scan the table).
+SELECT i.id,
+       coalesce(n.state, (SELECT j.state FROM conveyor.jobs j WHERE j.id = i.id)) AS state,
+       n.id IS NOT NULL AS inserted
 FROM input i
 LEFT JOIN inserted n ON n.id = i.id
-LEFT JOIN conveyor.jobs j ON j.id = i.id AND n.id IS NULL
 ORDER BY i.ord

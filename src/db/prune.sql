@@ -11,4 +11,5 @@ WITH doomed AS (
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM conveyor.jobs j USING doomed WHERE j.id = doomed.id
+-- By primary key even under a cached generic plan (see claim.sql).
+DELETE FROM conveyor.jobs j WHERE j.id = ANY(ARRAY(SELECT id FROM doomed))
