@@ -176,6 +176,39 @@ pub struct Job {
 }
 
 impl Job {
+    /// Every column as a JSON object, durations in seconds (`*_secs`), as
+    /// the CLI's `--json` output and the dashboard's API show a job.
+    pub fn to_json(&self) -> Value {
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        serde_json::json!({
+            "id": self.id,
+            "queue": self.queue,
+            "task": self.task,
+            "args": self.args,
+            "headers": self.headers,
+            "state": self.state,
+            "priority": self.priority,
+            "run_at": self.run_at,
+            "attempt": self.attempt,
+            "max_retries": self.max_retries,
+            "retry_backoff_base_secs": self.retry_backoff_base.as_secs_f64(),
+            "retry_backoff_secs": secs(self.retry_backoff),
+            "timeout_secs": secs(self.timeout),
+            "lease_expires_at": self.lease_expires_at,
+            "worker_id": self.worker_id,
+            "result": self.result,
+            "last_error": self.last_error,
+            "errors": self.errors,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "workflow_id": self.workflow_id,
+            "workflow_index": self.workflow_index,
+            "on_success": self.on_success,
+            "on_error": self.on_error,
+        })
+    }
+
     /// Whether its final outcome has follow-up work (workflow or callbacks).
     pub(crate) fn has_follow_up(&self) -> bool {
         self.workflow_id.is_some() || self.on_success.is_some() || self.on_error.is_some()

@@ -160,36 +160,6 @@ pub(super) async fn jobs(
     Ok(Json(json!({ "state": state, "jobs": jobs, "next": next })))
 }
 
-fn job_json(job: &Job) -> Value {
-    json!({
-        "id": job.id,
-        "queue": job.queue,
-        "task": job.task,
-        "state": job.state,
-        "priority": job.priority,
-        "args": job.args,
-        "headers": job.headers,
-        "result": job.result,
-        "run_at": job.run_at,
-        "attempt": job.attempt,
-        "max_retries": job.max_retries,
-        "retry_backoff_base_secs": job.retry_backoff_base.as_secs_f64(),
-        "retry_backoff_secs": job.retry_backoff.map(|d| d.as_secs_f64()),
-        "timeout_secs": job.timeout.map(|d| d.as_secs_f64()),
-        "lease_expires_at": job.lease_expires_at,
-        "worker_id": job.worker_id,
-        "last_error": job.last_error,
-        "errors": job.errors,
-        "created_at": job.created_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "workflow_id": job.workflow_id,
-        "workflow_index": job.workflow_index,
-        "on_success": job.on_success,
-        "on_error": job.on_error,
-    })
-}
-
 fn workflow_json(w: &WorkflowRun) -> Value {
     json!({
         "id": w.id,
@@ -232,7 +202,7 @@ pub(super) async fn job(State(s): State<AppState>, Path(id): Path<String>) -> Ap
         workflow = workflow_json(&w);
     }
     Ok(Json(json!({
-        "job": job_json(&job),
+        "job": job.to_json(),
         "workflow": workflow,
         "parent_workflow": parent,
         "workflow_jobs": members,

@@ -226,7 +226,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Jobs(JobsCommand::List(filter)) => {
             let jobs = client.list_jobs(&job_filter(&filter)?).await?;
-            let values: Vec<Value> = jobs.iter().map(output::job_json).collect();
+            let values: Vec<Value> = jobs.iter().map(conveyor::Job::to_json).collect();
             output::print(cli.json, &Value::Array(values), || {
                 output::jobs_table(&jobs)
             })
@@ -237,9 +237,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .job(id)
                 .await?
                 .ok_or_else(|| Failure(format!("no job with id {id}")))?;
-            output::print(cli.json, &output::job_json(&job), || {
-                output::job_detail(&job)
-            })
+            output::print(cli.json, &job.to_json(), || output::job_detail(&job))
         }
         Command::Retry(targets) => {
             let ids = resolve(&client, &targets, "re-queue").await?;

@@ -2,7 +2,7 @@
 
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use conveyor::{Job, QueueStats};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::Failure;
 
@@ -127,33 +127,4 @@ pub fn job_detail(job: &Job) -> String {
         out.push(format!("workflow  {workflow} ({position})"));
     }
     out.join("\n")
-}
-
-pub fn job_json(job: &Job) -> Value {
-    let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
-    json!({
-        "id": job.id,
-        "queue": job.queue,
-        "task": job.task,
-        "args": job.args,
-        "headers": job.headers,
-        "state": job.state,
-        "priority": job.priority,
-        "run_at": job.run_at,
-        "attempt": job.attempt,
-        "max_retries": job.max_retries,
-        "retry_backoff_base_secs": job.retry_backoff_base.as_secs_f64(),
-        "retry_backoff_secs": secs(job.retry_backoff),
-        "timeout_secs": secs(job.timeout),
-        "lease_expires_at": job.lease_expires_at,
-        "worker_id": job.worker_id,
-        "result": job.result,
-        "last_error": job.last_error,
-        "errors": job.errors,
-        "created_at": job.created_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "workflow_id": job.workflow_id,
-        "workflow_index": job.workflow_index,
-    })
 }
