@@ -594,8 +594,9 @@ impl Client {
                     queues.insert((row.queue.as_str(), scheduled));
                 }
                 if found.state.is_none() {
-                    // Inserted concurrently by a transaction this statement could not
-                    // see yet: look again with a fresh snapshot.
+                    // Existing but not visible to the insert statement (inserted
+                    // concurrently, or the one-row insert, which returns no state for
+                    // an existing id): look again with a fresh snapshot.
                     db::fetch_state(&mut *conn, self.inner.queries, found.id)
                         .await?
                         .ok_or(Error::NotFound(found.id))?;

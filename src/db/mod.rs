@@ -374,10 +374,11 @@ async fn insert_job(
             state: Some(parse_state(&state)?),
             inserted: true,
         },
-        // The id exists: its state, or None if this transaction cannot see it.
+        // The id exists; the caller reads its state (as for insert_jobs.sql
+        // when the existing row is not visible to the statement).
         None => Inserted {
             id: row.id,
-            state: fetch_state(&mut *conn, q, row.id).await?,
+            state: None,
             inserted: false,
         },
     })

@@ -34,6 +34,25 @@ fn echo_worker(client: &Client) -> conveyor::WorkerBuilder {
         })
 }
 
+/// An echo worker that has done its start-up scan and gone idle, with a
+/// safety interval of an hour: only a notification can wake it.
+async fn idle_echo_worker(db: &TestDb, concurrency: usize) -> conveyor::WorkerHandle {
+    let worker = echo_worker(&db.client)
+        .concurrency(concurrency)
+        .safety_interval(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    wait_for_listen(&db.pool, 1).await;
+    // A first job proves the start-up scan is over.
+    let warmup = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 0, b: 0 }))
+        .await
+        .unwrap();
+    warmup.wait(WAIT).await.unwrap();
+    worker
+}
+
 #[tokio::test]
 async fn typed_json_and_sql_jobs_run_and_return_results() {
     let db = TestDb::new().await;
@@ -158,19 +177,7 @@ async fn rollback_leaves_no_job_and_commit_wakes_an_idle_worker() {
         .execute(&db.pool)
         .await
         .unwrap();
-    // Safety interval of an hour: only a notification can wake this worker.
-    let worker = echo_worker(&db.client)
-        .safety_interval(Duration::from_secs(3600))
-        .start()
-        .unwrap();
-    wait_for_listen(&db.pool, 1).await;
-    // A first job proves the worker has done its start-up scan and gone idle.
-    let warmup = db
-        .client
-        .enqueue(Add::job(AddArgs { a: 0, b: 0 }))
-        .await
-        .unwrap();
-    warmup.wait(WAIT).await.unwrap();
+    let worker = idle_echo_worker(&db, 10).await;
 
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("INSERT INTO orders VALUES (1)")
@@ -613,19 +620,7 @@ async fn copy_bulk_enqueue_stores_exactly_what_insert_stores() {
 #[tokio::test]
 async fn notifications_sent_after_commit_wake_an_idle_worker() {
     let db = TestDb::new().await;
-    // Safety interval of an hour: only a notification can wake this worker.
-    let worker = echo_worker(&db.client)
-        .concurrency(50)
-        .safety_interval(Duration::from_secs(3600))
-        .start()
-        .unwrap();
-    wait_for_listen(&db.pool, 1).await;
-    let warmup = db
-        .client
-        .enqueue(Add::job(AddArgs { a: 0, b: 0 }))
-        .await
-        .unwrap();
-    warmup.wait(WAIT).await.unwrap();
+    let worker = idle_echo_worker(&db, 50).await;
 
     // COPY always leaves the notification to the client, after the commit.
     let jobs = (0..conveyor::COPY_MIN as i64)
