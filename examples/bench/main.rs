@@ -42,6 +42,10 @@ struct Args {
     /// Runs per measurement (medians are reported).
     #[arg(long)]
     runs: Option<usize>,
+    /// G: finished-job counts to measure at, comma-separated (default
+    /// 0,1000000,10000000).
+    #[arg(long, value_delimiter = ',')]
+    history: Vec<u64>,
     /// H: duration in seconds.
     #[arg(long)]
     soak_secs: Option<u64>,
@@ -66,6 +70,9 @@ async fn run(args: Args) -> Result<()> {
     };
     if let Some(runs) = args.runs {
         cfg.runs = runs.max(1);
+    }
+    if !args.history.is_empty() {
+        cfg.history = args.history.clone();
     }
     if let Some(secs) = args.soak_secs {
         cfg.soak_secs = secs;

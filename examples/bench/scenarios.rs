@@ -213,14 +213,24 @@ pub async fn enqueue_bulk(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     )])
 }
 
+/// One timed processing run.
+pub struct ProcessRun {
+    pub rate: f64,
+    /// Peak RSS of the first worker process, bytes.
+    pub rss: u64,
+    /// Server counters per job during the run ([`crate::support::Counters`]).
+    pub server: Value,
+}
+
 /// Runs `jobs` preloaded no-op jobs through `processes` worker processes of
-/// `concurrency` slots each; returns (jobs/s, peak RSS of the first worker).
+/// `concurrency` slots each. The set-up's dirty pages are written by a
+/// checkpoint before the clock starts.
 pub async fn process_once(
     db: &BenchDb,
     jobs: usize,
     processes: usize,
     concurrency: usize,
-) -> Result<(f64, u64)> {
+) -> Result<ProcessRun> {
     db.preload(jobs, 5_000).await?;
     db.client.pause_queue(QUEUE).await?;
     let children = (0..processes)
@@ -228,10 +238,15 @@ pub async fn process_once(
         .collect::<Result<Vec<_>>>()?;
     db.wait_listeners(processes as i64).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
+    if std::env::var("CONVEYOR_BENCH_NO_CHECKPOINT").is_err() {
+        db.checkpoint().await?;
+    }
+    let before = db.counters().await?;
     let start = Instant::now();
     db.client.resume_queue(QUEUE).await?;
     counter.wait_for(jobs as u64, TIMEOUT).await?;
     let rate = jobs as f64 / secs(start);
+    let server = db.counters().await?.per_job_since(&before, jobs);
     let rss = children
         .first()
         .map(|c| c.peak_rss())
@@ -245,7 +260,7 @@ pub async fn process_once(
         return Err(format!("{done} of {jobs} jobs succeeded").into());
     }
     db.clear_queue().await?;
-    Ok((rate, rss))
+    Ok(ProcessRun { rate, rss, server })
 }
 
 /// C: processing throughput of one worker process at several concurrency
@@ -258,9 +273,9 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let mut runs = Vec::new();
         let mut rss = Vec::new();
         for _ in 0..cfg.runs {
-            let (rate, peak) = process_once(db, cfg.jobs, processes, concurrency).await?;
-            runs.push(rate);
-            rss.push(peak as f64 / 1_048_576.0);
+            let run = process_once(db, cfg.jobs, processes, concurrency).await?;
+            runs.push(run.rate);
+            rss.push(run.rss as f64 / 1_048_576.0);
         }
         let variant = format!(
             "{processes} process(es) x concurrency {concurrency}, {} jobs",
@@ -476,8 +491,11 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             .execute(&db.pool)
             .await?;
         let mut runs = Vec::new();
+        let mut server = Vec::new();
         for _ in 0..cfg.runs {
-            runs.push(process_once(db, cfg.jobs, 1, 100).await?.0);
+            let run = process_once(db, cfg.jobs, 1, 100).await?;
+            runs.push(run.rate);
+            server.push(run.server);
         }
         let (table, indexes) = db.sizes().await?;
         let line = Line::new(
@@ -487,7 +505,12 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             runs,
         );
         let vs0 = lines.first().map(|l0| 100.0 * line.median / l0.median);
-        lines.push(line.with(json!({"percent_of_level_0": vs0, "table_mib": table / 1_048_576, "indexes_mib": indexes / 1_048_576})));
+        lines.push(line.with(json!({
+            "percent_of_level_0": vs0,
+            "table_mib": table / 1_048_576,
+            "indexes_mib": indexes / 1_048_576,
+            "server_per_run": server,
+        })));
     }
     sqlx::query("DELETE FROM conveyor.jobs WHERE queue IN ('bench_history', 'bench')")
         .execute(&db.pool)

@@ -189,6 +189,34 @@ impl BenchDb {
     }
 
     /// Bytes of the jobs table: (heap + toast, indexes).
+    /// Server-wide counters, read before and after a timed run: WAL bytes
+    /// and full-page images, this database's block reads and hits, and
+    /// checkpoints started.
+    pub async fn counters(&self) -> Result<Counters> {
+        let row: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT w.wal_bytes::bigint, w.wal_fpi, d.blks_read, d.blks_hit,
+                    b.checkpoints_timed + b.checkpoints_req
+             FROM pg_stat_wal w, pg_stat_bgwriter b, pg_stat_database d
+             WHERE d.datname = current_database()",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Counters {
+            wal_bytes: row.0,
+            wal_fpi: row.1,
+            blks_read: row.2,
+            blks_hit: row.3,
+            checkpoints: row.4,
+        })
+    }
+
+    /// Writes every dirty buffer now, so a timed run does not pay for the
+    /// set-up's writes (a checkpoint started by loading millions of rows).
+    pub async fn checkpoint(&self) -> Result<()> {
+        sqlx::query("CHECKPOINT").execute(&self.pool).await?;
+        Ok(())
+    }
+
     pub async fn sizes(&self) -> Result<(i64, i64)> {
         let row: (i64, i64) = sqlx::query_as(
             "SELECT pg_table_size('conveyor.jobs'), pg_indexes_size('conveyor.jobs')",
@@ -196,6 +224,30 @@ impl BenchDb {
         .fetch_one(&self.pool)
         .await?;
         Ok(row)
+    }
+}
+
+/// Server counters (see [`BenchDb::counters`]); subtract two readings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub wal_bytes: i64,
+    pub wal_fpi: i64,
+    pub blks_read: i64,
+    pub blks_hit: i64,
+    pub checkpoints: i64,
+}
+
+impl Counters {
+    /// What happened between `before` and `self`, per job.
+    pub fn per_job_since(&self, before: &Counters, jobs: usize) -> Value {
+        let per = |a: i64, b: i64| (a - b) as f64 / jobs.max(1) as f64;
+        json!({
+            "wal_bytes_per_job": per(self.wal_bytes, before.wal_bytes),
+            "wal_fpi_per_job": per(self.wal_fpi, before.wal_fpi),
+            "blks_read_per_job": per(self.blks_read, before.blks_read),
+            "blks_hit_per_job": per(self.blks_hit, before.blks_hit),
+            "checkpoints": self.checkpoints - before.checkpoints,
+        })
     }
 }
 
