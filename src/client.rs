@@ -640,13 +640,23 @@ impl Client {
     }
 
     /// Enqueues a workflow on `conn`, typically the caller's transaction: on
-    /// rollback it leaves no rows at all.
+    /// rollback it leaves no rows at all. Fails with [`Error::InvalidJob`],
+    /// enqueueing nothing, if a job of the workflow was given an id that is
+    /// taken or that another of its jobs has.
     pub async fn enqueue_workflow_tx<W: crate::Workflow>(
         &self,
         conn: &mut PgConnection,
         workflow: W,
     ) -> Result<W::Handle> {
         let (spec, handle) = workflow.build(self)?;
+        // Every job id of the workflow must be new: a member that is skipped
+        // because its id exists would leave the workflow running forever.
+        let ids = crate::workflow::job_ids(&spec)?;
+        if let Some(id) = db::existing_id(&mut *conn, self.inner.queries, &ids).await? {
+            return Err(Error::InvalidJob(format!(
+                "job id {id} is taken: a workflow's jobs need new ids"
+            )));
+        }
         db::spawn(conn, self.inner.queries, &spec).await?;
         Ok(handle)
     }

@@ -55,6 +55,7 @@ pub(crate) struct Queries {
     rescue: &'static str,
     after_finish: &'static str,
     spawn: &'static str,
+    existing_id: &'static str,
     fetch_workflow: &'static str,
     workflow_results: &'static str,
     cancel: &'static str,
@@ -140,6 +141,7 @@ impl Queries {
             rescue: load(include_str!("rescue.sql")),
             after_finish: load(include_str!("after_finish.sql")),
             spawn: load(include_str!("spawn.sql")),
+            existing_id: load(include_str!("existing_id.sql")),
             fetch_workflow: load(include_str!("fetch_workflow.sql")),
             workflow_results: load(include_str!("workflow_results.sql")),
             cancel: load(include_str!("cancel.sql")),
@@ -709,6 +711,18 @@ pub(crate) async fn spawn(conn: &mut PgConnection, q: &Queries, spec: &Value) ->
     Ok(())
 }
 
+/// One of `ids` that a job has already, if any.
+pub(crate) async fn existing_id(
+    conn: &mut PgConnection,
+    q: &Queries,
+    ids: &[JobId],
+) -> Result<Option<JobId>> {
+    Ok(sqlx::query_scalar(q.existing_id)
+        .bind(ids)
+        .fetch_optional(&mut *conn)
+        .await?)
+}
+
 pub(crate) async fn fetch_workflow<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
@@ -815,15 +829,18 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
     Ok(Some(row.try_get("rescued")?))
 }
 
-/// Puts jobs (id, attempt) held by `worker_id` back to pending; returns how many.
-pub(crate) async fn release<'e>(
-    exec: impl PgExecutor<'e>,
+/// Puts jobs (id, attempt) held by `worker_id` back to pending; returns how
+/// many. Jobs whose cancellation was asked for end cancelled, and their
+/// follow-ups ([`after_finish`]) run in the same transaction.
+pub(crate) async fn release(
+    pool: &PgPool,
     q: &Queries,
     jobs: &[(JobId, i32)],
     worker_id: &str,
 ) -> Result<i64> {
     let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
+    let mut tx = pool.begin().await?;
     let row = sqlx::query(q.release)
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)
@@ -831,8 +848,12 @@ pub(crate) async fn release<'e>(
         .bind(&attempts)
         .bind(worker_id)
         .bind(q.job_ready_channel)
-        .fetch_one(exec)
+        .bind(q.job_finished_channel)
+        .fetch_one(&mut *tx)
         .await?;
+    let follow_ups: Vec<JobId> = row.try_get("follow_ups")?;
+    after_finish(&mut tx, q, &follow_ups).await?;
+    tx.commit().await?;
     Ok(row.try_get("released")?)
 }
 

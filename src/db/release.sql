@@ -1,6 +1,8 @@
 -- Give jobs back without spending an attempt (graceful shutdown): they become
 -- pending again and idle workers of their queues are woken. A job whose
--- cancellation was asked for ends cancelled instead.
+-- cancellation was asked for ends cancelled instead: waiters hear of it, and
+-- its workflow and callbacks are returned for conveyor.after_finish(), which
+-- the caller runs in the same transaction.
 WITH released AS (
     UPDATE conveyor.jobs j SET
         state = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
@@ -10,9 +12,17 @@ WITH released AS (
         worker_id = NULL
     FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
     WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.attempt = r.attempt AND j.state = 'started' AND j.worker_id = $3
-    RETURNING j.queue
+    RETURNING j.id, j.queue, j.state,
+              (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),
 woken AS (
-    SELECT pg_notify($4, json_build_object('queue', q.queue, 'scheduled', false)::text) FROM (SELECT DISTINCT queue FROM released) AS q
+    SELECT pg_notify($4, json_build_object('queue', q.queue, 'scheduled', false)::text)
+    FROM (SELECT DISTINCT queue FROM released WHERE state = 'pending') AS q
+),
+finished AS (
+    SELECT pg_notify($5, string_agg(id::text, ',')) FROM released
+    WHERE state = 'cancelled' HAVING count(*) > 0
 )
-SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM woken) AS notifications
+SELECT (SELECT count(*) FROM released) AS released,
+       (SELECT coalesce(array_agg(id), '{}') FROM released WHERE follow_up AND state = 'cancelled') AS follow_ups,
+       (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications

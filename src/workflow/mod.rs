@@ -135,6 +135,35 @@ fn collect(specs: Vec<Result<Value>>) -> Result<Vec<Value>> {
     specs.into_iter().collect()
 }
 
+/// Every job id in a workflow spec: members, later steps, callbacks. Errors
+/// if one appears twice (a job given the same id in two places).
+pub(crate) fn job_ids(spec: &Value) -> Result<Vec<JobId>> {
+    fn walk(value: &Value, out: &mut Vec<JobId>) {
+        match value {
+            Value::Object(map) => {
+                if map.get("kind").and_then(Value::as_str) == Some("job")
+                    && let Some(id) = map.get("id").and_then(Value::as_str)
+                    && let Ok(id) = id.parse()
+                {
+                    out.push(id);
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut ids = Vec::new();
+    walk(spec, &mut ids);
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    match ids.iter().find(|id| !seen.insert(**id)) {
+        Some(id) => Err(Error::InvalidJob(format!(
+            "job id {id} appears twice in one workflow"
+        ))),
+        None => Ok(ids),
+    }
+}
+
 fn new_id() -> uuid::Uuid {
     uuid::Uuid::now_v7()
 }

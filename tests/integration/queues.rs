@@ -469,3 +469,40 @@ async fn a_unique_job_with_an_existing_id_is_a_duplicate() {
     assert_eq!(again.id(), id);
     assert_eq!(count_jobs(&db.pool, "true").await, 1);
 }
+
+#[tokio::test]
+async fn requeue_leaves_a_unique_job_whose_key_another_job_holds() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let worker = Worker::builder(c)
+        .register_fn("sync", |_, _| async move {
+            Err::<Value, _>(conveyor::TaskError::fail("down"))
+        })
+        .start()
+        .unwrap();
+    let job = || NewJob::new("sync", json!({"user": 1})).unique(Unique::UntilFinished);
+    let first = c.enqueue(job()).await.unwrap();
+    assert!(first.wait(WAIT).await.is_err());
+    let second = c.enqueue(job()).await.unwrap();
+    assert!(!second.is_duplicate());
+    assert!(second.wait(WAIT).await.is_err());
+    worker.shutdown(WAIT).await.unwrap();
+
+    // Two failed jobs with one key: re-queuing both puts back one.
+    assert_eq!(c.requeue(&[first.id(), second.id()]).await.unwrap(), 1);
+    // The key is held again: the other one stays failed, without an error.
+    let other = if count_jobs(
+        &db.pool,
+        &format!("id = '{}' AND state = 'pending'", first.id()),
+    )
+    .await
+        == 1
+    {
+        second.id()
+    } else {
+        first.id()
+    };
+    assert_eq!(c.requeue(&[other]).await.unwrap(), 0);
+    assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 1);
+    assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 1);
+}

@@ -459,3 +459,107 @@ async fn success_and_error_callbacks_on_a_single_job() {
     worker.shutdown(WAIT).await.unwrap();
     assert_eq!(count_jobs(&db.pool, "task = 'inc'").await, 2);
 }
+
+#[tokio::test]
+async fn a_workflow_whose_job_id_is_taken_or_repeated_is_refused_whole() {
+    let db = TestDb::new().await;
+    let taken = db.client.enqueue(Inc::job(1)).await.unwrap().id();
+    let group = Group::new([Inc::job(2), Inc::job(3).id(taken)]);
+    let err = db.client.enqueue_workflow(group).await.unwrap_err();
+    assert!(
+        matches!(&err, conveyor::Error::InvalidJob(m) if m.contains("is taken")),
+        "{err:?}"
+    );
+    // A later chain step counts too, and so does one id used twice.
+    let chain = Chain::new(Inc::job(1)).then_job(Inc::job(5).id(taken));
+    let err = db.client.enqueue_workflow(chain).await.unwrap_err();
+    assert!(matches!(&err, conveyor::Error::InvalidJob(m) if m.contains("is taken")));
+    let fresh = uuid::Uuid::now_v7();
+    let twice = Group::new([Inc::job(2).id(fresh), Inc::job(3).id(fresh)]);
+    let err = db.client.enqueue_workflow(twice).await.unwrap_err();
+    assert!(matches!(&err, conveyor::Error::InvalidJob(m) if m.contains("twice")));
+    // Nothing was written: one job, no workflow.
+    assert_eq!(count_jobs(&db.pool, "true").await, 1);
+    let workflows: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.workflows")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(workflows, 0);
+}
+
+#[tokio::test]
+async fn a_step_requeued_after_its_chain_failed_runs_alone() {
+    let db = TestDb::new().await;
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = failed_once.clone();
+    let worker = worker(&db.client)
+        .register_fn("fails_first_time", move |_, args| {
+            let flag = flag.clone();
+            async move {
+                if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    Ok(args)
+                } else {
+                    Err(TaskError::fail("first time"))
+                }
+            }
+        })
+        .start()
+        .unwrap();
+    let chain = Chain::new(NewJob::new("fails_first_time", json!(1))).then_job(Inc::job(5));
+    let handle = db.client.enqueue_workflow(chain).await.unwrap();
+    let Err(conveyor::Error::JobFailed { id: step, .. }) = handle.wait(WAIT).await else {
+        panic!("the chain should fail");
+    };
+    assert_eq!(db.client.requeue(&[step]).await.unwrap(), 1);
+    eventually(WAIT, "the re-queued step succeeded", || async {
+        (count_jobs(&db.pool, &format!("id = '{step}' AND state = 'success'")).await == 1)
+            .then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    // Its outcome and follow-ups commit together: had the next step been
+    // started, it would be here now.
+    let jobs = jobs_of(&db, handle.id()).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let progress = handle.progress().await.unwrap();
+    assert_eq!(progress.state, WorkflowState::Failure);
+}
+
+#[tokio::test]
+async fn a_cancelled_member_given_back_at_shutdown_ends_its_workflow() {
+    let db = TestDb::new().await;
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let s = started.clone();
+    let worker = worker(&db.client)
+        .register_fn("hang", move |_, _| {
+            let started = s.clone();
+            async move {
+                started.add_permits(1);
+                // Ignores cancellation and never ends.
+                std::future::pending::<Result<Value, TaskError>>().await
+            }
+        })
+        .cancel_grace(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    let group = Group::new([NewJob::<Value>::new("hang", json!({}))]);
+    let handle = db.client.enqueue_workflow(group).await.unwrap();
+    tokio::time::timeout(WAIT, started.acquire())
+        .await
+        .unwrap()
+        .unwrap()
+        .forget();
+    let member = handle.members()[0].id();
+    assert_eq!(
+        db.client.cancel(member).await.unwrap(),
+        conveyor::JobState::Started
+    );
+    // The handler outlives the shutdown's grace period: its job is given back,
+    // and as its cancellation was asked for, it ends cancelled.
+    let report = worker.shutdown(Duration::from_millis(200)).await.unwrap();
+    assert_eq!(report.released, 1);
+    assert_eq!(count_jobs(&db.pool, "state = 'cancelled'").await, 1);
+    let progress = handle.progress().await.unwrap();
+    assert_eq!(progress.state, WorkflowState::Failure);
+    assert_eq!(progress.failed_job_id, Some(member));
+}
