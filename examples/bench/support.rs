@@ -37,10 +37,14 @@ pub struct BenchDb {
 }
 
 impl BenchDb {
-    /// Creates `conveyor_bench_<pid>` beside the database `base_url` names,
-    /// and migrates it.
-    pub async fn create(base_url: &str, pool_size: u32) -> Result<BenchDb> {
-        let name = format!("conveyor_bench_{}", std::process::id());
+    /// Creates `conveyor_bench_<pid>_<tag>` beside the database `base_url`
+    /// names, and migrates it.
+    pub async fn create(base_url: &str, pool_size: u32, tag: &str) -> Result<BenchDb> {
+        let name = format!(
+            "conveyor_bench_{}_{}",
+            std::process::id(),
+            tag.to_ascii_lowercase()
+        );
         let admin = PgPool::connect(base_url).await?;
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
