@@ -88,16 +88,16 @@ BEGIN
     WITH candidates AS (
         -- One job per active unique key (jobs_unique_active_idx), and none
         -- whose key an active job already holds.
-        SELECT DISTINCT ON (CASE WHEN j.unique_key IS NOT NULL AND j.unique_until IS NULL
-                                 THEN j.unique_key ELSE j.id::text END) j.id
-        FROM conveyor.jobs j
+        SELECT DISTINCT ON (k.slot) j.id
+        FROM conveyor.jobs j,
+             LATERAL (SELECT CASE WHEN j.unique_key IS NOT NULL AND j.unique_until IS NULL
+                                  THEN j.unique_key ELSE j.id::text END AS slot) AS k
         WHERE j.id = ANY(ids) AND j.state IN ('failure', 'cancelled')
           AND NOT (j.unique_key IS NOT NULL AND j.unique_until IS NULL AND EXISTS (
                 SELECT 1 FROM conveyor.jobs o
                 WHERE o.unique_key = j.unique_key AND o.unique_until IS NULL
                   AND o.state IN ('scheduled', 'pending', 'started', 'retry')))
-        ORDER BY CASE WHEN j.unique_key IS NOT NULL AND j.unique_until IS NULL
-                      THEN j.unique_key ELSE j.id::text END, j.id
+        ORDER BY k.slot, j.id
     ),
     requeued AS (
         UPDATE conveyor.jobs

@@ -9,8 +9,8 @@ use conveyor::NewJob;
 use serde_json::{Value, json};
 
 use crate::support::{
-    BenchDb, FinishedCounter, PgbenchScript, QUEUE, Result, TASK, WorkerChild, median, percentile,
-    pgbench, secs,
+    BenchDb, FinishedCounter, NO_CHECKPOINT_ENV, PgbenchScript, QUEUE, Result, TASK, WorkerChild,
+    median, percentile, pgbench, secs,
 };
 
 /// Sizes and durations of one benchmark run.
@@ -238,7 +238,7 @@ pub async fn process_once(
         .collect::<Result<Vec<_>>>()?;
     db.wait_listeners(processes as i64).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
-    if std::env::var("CONVEYOR_BENCH_NO_CHECKPOINT").is_err() {
+    if std::env::var(NO_CHECKPOINT_ENV).is_err() {
         db.checkpoint().await?;
     }
     let before = db.counters().await?;

@@ -24,6 +24,9 @@ pub const TASK: &str = "noop";
 pub const CHILD_ENV: &str = "CONVEYOR_BENCH_WORKER";
 /// Env var that turns sqlx's ping-before-acquire back on (its default).
 pub const PING_ENV: &str = "CONVEYOR_BENCH_PING";
+/// Env var that skips the checkpoint before each timed processing run (to
+/// see what the set-up's writes cost a run).
+pub const NO_CHECKPOINT_ENV: &str = "CONVEYOR_BENCH_NO_CHECKPOINT";
 /// Env var giving the worker child a retention (seconds) and a 10 s pruning pass.
 pub const RETENTION_ENV: &str = "CONVEYOR_BENCH_RETENTION_SECS";
 
@@ -192,7 +195,6 @@ impl BenchDb {
         }
     }
 
-    /// Bytes of the jobs table: (heap + toast, indexes).
     /// Server-wide counters, read before and after a timed run: WAL bytes
     /// and full-page images, this database's block reads and hits, and
     /// checkpoints started.
@@ -221,6 +223,7 @@ impl BenchDb {
         Ok(())
     }
 
+    /// Bytes of the jobs table: (heap + toast, indexes).
     pub async fn sizes(&self) -> Result<(i64, i64)> {
         let row: (i64, i64) = sqlx::query_as(
             "SELECT pg_table_size('conveyor.jobs'), pg_indexes_size('conveyor.jobs')",
