@@ -358,6 +358,8 @@ pub(crate) struct ClientInner {
     pub(crate) queries: &'static Queries,
     pub(crate) waiters: WaiterHub,
     pub(crate) notifier: crate::notify::Notifier,
+    /// Merges concurrent autocommit enqueues into shared transactions.
+    pub(crate) group_commit: crate::group_commit::GroupCommit,
     /// Autocommit inserts in flight on this client (see `insert_autocommit`).
     pub(crate) inserting: std::sync::atomic::AtomicUsize,
 }
@@ -393,6 +395,7 @@ impl ClientBuilder {
             inner: Arc::new(ClientInner {
                 waiters: WaiterHub::new(self.pool.clone(), queries),
                 notifier: crate::notify::Notifier::new(self.pool.clone(), queries),
+                group_commit: crate::group_commit::GroupCommit::new(self.pool.clone(), queries),
                 inserting: std::sync::atomic::AtomicUsize::new(0),
                 pool: self.pool,
                 queries,
@@ -427,8 +430,16 @@ impl Client {
         self.inner.queries.schema
     }
 
-    /// Enqueues one job in its own transaction; idle workers are woken right
-    /// after the commit, before this returns.
+    /// Enqueues one job in its own transaction; idle workers are woken by
+    /// its commit, before this returns.
+    ///
+    /// Concurrent calls on one client (and its clones) share their commit:
+    /// while another enqueue of this client is in flight, the job joins a
+    /// transaction with the other calls waiting then (group commit), which
+    /// is how many tasks enqueueing one job each get past the speed of one
+    /// insert per transaction. Each call still returns once its own job is
+    /// committed, and a call whose job PostgreSQL refuses is retried on its
+    /// own, so it never fails another call's job.
     pub async fn enqueue<O>(&self, job: NewJob<O>) -> Result<JobHandle<O>> {
         if job.unique.is_some() {
             let mut conn = self.inner.pool.acquire().await?;
@@ -483,7 +494,8 @@ impl Client {
         }
         let mut conn = self.inner.pool.acquire().await?;
         let mut tx = conn.begin().await?;
-        let handles = self.insert_rows(&mut tx, rows, false).await?.0;
+        let found = db::insert_all(&mut tx, self.inner.queries, &rows).await?;
+        let handles = self.handles(found);
         tx.commit().await?;
         Ok(handles)
     }
@@ -538,12 +550,11 @@ impl Client {
         ))
     }
 
-    /// Inserts at most [`BULK_CHUNK`] plain jobs in one autocommit statement.
-    /// Alone, it lets the trigger notify at commit (one round trip). With
-    /// other inserts of this client in flight, its trigger does not notify
-    /// and the client wakes workers from outside the transaction instead
-    /// (see migration V8), so concurrent enqueues commit side by side rather
-    /// than one after another behind PostgreSQL's notify lock.
+    /// Inserts at most [`BULK_CHUNK`] plain jobs in a transaction of their
+    /// own. Alone, it runs at once, in one autocommit statement. With other
+    /// inserts of this client in flight, it joins them in a shared
+    /// transaction (see `group_commit.rs`). Either way the insert trigger
+    /// wakes idle workers at commit, before this returns.
     async fn insert_autocommit<O>(&self, rows: Vec<InsertRow>) -> Result<Vec<JobHandle<O>>> {
         use std::sync::atomic::Ordering;
         struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
@@ -553,14 +564,14 @@ impl Client {
             }
         }
         let concurrent = self.inner.inserting.fetch_add(1, Ordering::Relaxed) > 0;
-        let in_flight = InFlight(&self.inner.inserting);
-        let mut conn = self.inner.pool.acquire().await?;
-        let (handles, notes) = self.insert_rows(&mut conn, rows, concurrent).await?;
-        drop(conn);
-        drop(in_flight);
-        // Returns once sent (or given up on: the jobs are committed either way).
-        let _ = self.inner.notifier.send(notes).await;
-        Ok(handles)
+        let _in_flight = InFlight(&self.inner.inserting);
+        let found = if concurrent {
+            self.inner.group_commit.insert(rows).await?
+        } else {
+            let mut conn = self.inner.pool.acquire().await?;
+            db::insert_all(&mut conn, self.inner.queries, &rows).await?
+        };
+        Ok(self.handles(found))
     }
 
     async fn insert_plain<O>(
@@ -572,44 +583,16 @@ impl Client {
             .into_iter()
             .map(NewJob::into_row)
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.insert_rows(conn, rows, false).await?.0)
+        let found = db::insert_all(conn, self.inner.queries, &rows).await?;
+        Ok(self.handles(found))
     }
 
-    /// Inserts plain jobs; with `defer_notify`, returns the job_ready
-    /// notifications the caller must send after the commit.
-    async fn insert_rows<O>(
-        &self,
-        conn: &mut PgConnection,
-        rows: Vec<InsertRow>,
-        defer_notify: bool,
-    ) -> Result<(Vec<JobHandle<O>>, Vec<(&'static str, String)>)> {
-        let mut handles = Vec::with_capacity(rows.len());
-        let mut queues = std::collections::BTreeSet::new();
-        let mut seen = std::collections::HashSet::new();
-        for chunk in rows.chunks(BULK_CHUNK) {
-            let found = db::insert_jobs(conn, self.inner.queries, chunk, defer_notify).await?;
-            for (row, found) in chunk.iter().zip(found) {
-                if defer_notify && found.inserted {
-                    let scheduled = found.state != Some(crate::JobState::Pending);
-                    queues.insert((row.queue.as_str(), scheduled));
-                }
-                if found.state.is_none() {
-                    // Existing but not visible to the insert statement (inserted
-                    // concurrently, or the one-row insert, which returns no state for
-                    // an existing id): look again with a fresh snapshot.
-                    db::fetch_state(&mut *conn, self.inner.queries, found.id)
-                        .await?
-                        .ok_or(Error::NotFound(found.id))?;
-                }
-                let first = seen.insert(found.id);
-                handles.push(JobHandle::new(
-                    self.clone(),
-                    found.id,
-                    found.inserted && first,
-                ));
-            }
-        }
-        Ok((handles, self.job_ready_notes(queues)))
+    /// Handles for inserted (or found) jobs, in order.
+    fn handles<O>(&self, found: Vec<db::Inserted>) -> Vec<JobHandle<O>> {
+        found
+            .into_iter()
+            .map(|found| JobHandle::new(self.clone(), found.id, found.inserted))
+            .collect()
     }
 
     /// job_ready notifications for (queue, scheduled) pairs.

@@ -45,6 +45,7 @@ mod client;
 pub mod dashboard;
 mod db;
 mod error;
+mod group_commit;
 mod handle;
 mod inspect;
 mod job;

@@ -47,6 +47,7 @@ pub(crate) struct Queries {
     defer_notify: &'static str,
     fetch_job: &'static str,
     fetch_state: &'static str,
+    fetch_states: &'static str,
     promote: &'static str,
     claim: &'static str,
     complete: &'static str,
@@ -133,6 +134,7 @@ impl Queries {
             defer_notify: load(include_str!("defer_notify.sql")),
             fetch_job: load(include_str!("fetch_job.sql")),
             fetch_state: load(include_str!("fetch_state.sql")),
+            fetch_states: load(include_str!("fetch_states.sql")),
             promote: load(include_str!("promote.sql")),
             claim: load(include_str!("claim.sql")),
             complete: load(include_str!("complete.sql")),
@@ -208,14 +210,13 @@ fn parse_state(s: &str) -> Result<JobState> {
     })
 }
 
-pub(crate) async fn insert_jobs(
+async fn insert_jobs(
     conn: &mut PgConnection,
     q: &Queries,
     rows: &[InsertRow],
-    defer_notify: bool,
 ) -> Result<Vec<Inserted>> {
     if let [row] = rows {
-        return Ok(vec![insert_job(conn, q, row, defer_notify).await?]);
+        return Ok(vec![insert_job(conn, q, row).await?]);
     }
     let mut ids = Vec::with_capacity(rows.len());
     let mut queues = Vec::with_capacity(rows.len());
@@ -245,7 +246,7 @@ pub(crate) async fn insert_jobs(
         on_success.push(row.on_success.as_ref());
         on_error.push(row.on_error.as_ref());
     }
-    let found = sqlx::query(q.insert_jobs)
+    let returned: Vec<(JobId, String)> = sqlx::query_as(q.insert_jobs)
         .bind(&ids)
         .bind(&queues)
         .bind(&tasks)
@@ -259,17 +260,59 @@ pub(crate) async fn insert_jobs(
         .bind(&timeouts)
         .bind(&on_success)
         .bind(&on_error)
-        .bind(defer_notify)
         .fetch_all(&mut *conn)
         .await?;
-    let mut out = Vec::with_capacity(found.len());
-    for row in found {
-        let state: Option<String> = row.try_get("state")?;
-        out.push(Inserted {
-            id: row.try_get("id")?,
-            state: state.as_deref().map(parse_state).transpose()?,
-            inserted: row.try_get("inserted")?,
-        });
+    let mut states = HashMap::with_capacity(returned.len());
+    for (id, state) in returned {
+        states.insert(id, parse_state(&state)?);
+    }
+    // Only the first occurrence of a repeated id was inserted; the rest, like
+    // ids that existed before, come back without a state.
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let state = states.remove(&row.id);
+            Inserted {
+                id: row.id,
+                inserted: state.is_some(),
+                state,
+            }
+        })
+        .collect())
+}
+
+/// Inserts `rows` on `conn`, one statement per [`crate::BULK_CHUNK`] rows, and
+/// returns what each became, in input order. A job that was not inserted (its
+/// id existed, or came earlier in `rows`) gets the state it has, read with a
+/// fresh snapshot in one more statement; an id that the insert found taken
+/// but that cannot be read (its job was deleted since) is
+/// [`Error::NotFound`].
+pub(crate) async fn insert_all(
+    conn: &mut PgConnection,
+    q: &Queries,
+    rows: &[InsertRow],
+) -> Result<Vec<Inserted>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(crate::BULK_CHUNK) {
+        out.extend(insert_jobs(conn, q, chunk).await?);
+    }
+    let missing: Vec<JobId> = out
+        .iter()
+        .filter(|found| found.state.is_none())
+        .map(|found| found.id)
+        .collect();
+    if missing.is_empty() {
+        return Ok(out);
+    }
+    let states: HashMap<JobId, String> = sqlx::query_as(q.fetch_states)
+        .bind(&missing)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect();
+    for found in out.iter_mut().filter(|found| found.state.is_none()) {
+        let state = states.get(&found.id).ok_or(Error::NotFound(found.id))?;
+        found.state = Some(parse_state(state)?);
     }
     Ok(out)
 }
@@ -347,12 +390,7 @@ pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)])
 }
 
 /// [`insert_jobs`] for one row, with a statement that is cheap to plan.
-async fn insert_job(
-    conn: &mut PgConnection,
-    q: &Queries,
-    row: &InsertRow,
-    defer_notify: bool,
-) -> Result<Inserted> {
+async fn insert_job(conn: &mut PgConnection, q: &Queries, row: &InsertRow) -> Result<Inserted> {
     let inserted: Option<(JobId, String)> = sqlx::query_as(q.insert_job)
         .bind(row.id)
         .bind(&row.queue)
@@ -367,7 +405,6 @@ async fn insert_job(
         .bind(row.timeout_secs)
         .bind(&row.on_success)
         .bind(&row.on_error)
-        .bind(defer_notify)
         .fetch_optional(&mut *conn)
         .await?;
     Ok(match inserted {
@@ -376,8 +413,7 @@ async fn insert_job(
             state: Some(parse_state(&state)?),
             inserted: true,
         },
-        // The id exists; the caller reads its state (as for insert_jobs.sql
-        // when the existing row is not visible to the statement).
+        // The id exists; `insert_all` reads its state.
         None => Inserted {
             id: row.id,
             state: None,

@@ -133,3 +133,21 @@ pub async fn wait_for_listen(pool: &PgPool, listeners: i64) {
 }
 
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Runs futures concurrently on this task (no extra crate for join_all).
+pub async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    for (i, f) in futures.into_iter().enumerate() {
+        set.spawn(async move { (i, f.await) });
+    }
+    let mut out: Vec<(usize, F::Output)> = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        out.push(joined.expect("task"));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, o)| o).collect()
+}

@@ -6,7 +6,7 @@ use conveyor::{Client, JobState, NewJob, Task, TaskContext, TaskError, Worker};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually, wait_for_listen};
+use crate::common::{TestDb, WAIT, count_jobs, eventually, futures_join_all, wait_for_listen};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy)]
 pub struct AddArgs {
@@ -630,7 +630,8 @@ async fn notifications_sent_after_commit_wake_an_idle_worker() {
     let last = handles.last().unwrap().wait(WAIT).await.unwrap();
     assert_eq!(last, conveyor::COPY_MIN as i64 - 1);
 
-    // Concurrent single enqueues: all but the first in flight defer theirs.
+    // Concurrent single enqueues: all but the first share transactions
+    // (group commit), whose insert trigger notifies at commit.
     let calls = (0..20).map(|i| {
         let client = db.client.clone();
         async move { client.enqueue(Add::job(AddArgs { a: i, b: 1 })).await }
@@ -640,22 +641,4 @@ async fn notifications_sent_after_commit_wake_an_idle_worker() {
         assert_eq!(handle.unwrap().wait(WAIT).await.unwrap(), i as i64 + 1);
     }
     worker.shutdown(WAIT).await.unwrap();
-}
-
-/// Runs futures concurrently on this task (no extra crate for join_all).
-async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let mut set = tokio::task::JoinSet::new();
-    for (i, f) in futures.into_iter().enumerate() {
-        set.spawn(async move { (i, f.await) });
-    }
-    let mut out: Vec<(usize, F::Output)> = Vec::new();
-    while let Some(joined) = set.join_next().await {
-        out.push(joined.expect("task"));
-    }
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, o)| o).collect()
 }

@@ -6,6 +6,7 @@ mod common;
 mod dashboard;
 mod enqueue;
 mod faults;
+mod group_commit;
 mod metrics;
 mod migrate;
 mod periodic;
