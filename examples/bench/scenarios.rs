@@ -130,36 +130,41 @@ impl Line {
 
 const TIMEOUT: Duration = Duration::from_secs(600);
 
-/// A: one job per transaction (autocommit enqueue), 1 and 8 clients, against
+/// A: one job per `enqueue()` call (autocommit), 1 and 8 clients, against
 /// pgbench inserting one row per transaction with the same client count.
+/// The 8 clients are 8 tasks sharing one `Client` (as a web server's
+/// handlers would), whose concurrent calls share commits (group commit);
+/// a third variant gives each task a `Client` and a pool of its own, so no
+/// two calls ever share a transaction.
 pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut lines = Vec::new();
-    for clients in [1usize, 8] {
+    for (clients, shared) in [(1usize, true), (8, true), (8, false)] {
         let mut ours = Vec::new();
+        let mut per_transaction = Vec::new();
         let mut theirs = Vec::new();
         let mut sql_enqueue = Vec::new();
         let mut raw_row = Vec::new();
-        for _ in 0..cfg.runs {
-            let done = Arc::new(AtomicU64::new(0));
-            let start = Instant::now();
-            let until = start + Duration::from_secs(cfg.enqueue_secs);
-            let mut tasks = tokio::task::JoinSet::new();
+        let handles = if shared {
+            vec![db.client.clone(); clients]
+        } else {
+            let mut own = Vec::with_capacity(clients);
             for _ in 0..clients {
-                let (client, done) = (db.client.clone(), done.clone());
-                tasks.spawn(async move {
-                    while Instant::now() < until {
-                        client
-                            .enqueue(NewJob::new(TASK, json!({})).queue("bench_a"))
-                            .await?;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok::<_, conveyor::Error>(())
-                });
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .test_before_acquire(false)
+                    .connect(&db.url)
+                    .await?;
+                own.push(conveyor::Client::new(pool));
             }
-            while let Some(r) = tasks.join_next().await {
-                r??;
+            own
+        };
+        for _ in 0..cfg.runs {
+            let (rate, jobs_per_tx) = enqueue_loop(db, &handles, cfg.enqueue_secs).await?;
+            ours.push(rate);
+            per_transaction.push(jobs_per_tx);
+            if !shared {
+                continue;
             }
-            ours.push(done.load(Ordering::Relaxed) as f64 / secs(start));
             let secs = cfg.enqueue_secs;
             if let Some(tps) = pgbench(db, PgbenchScript::PlainInsert, clients, secs).await? {
                 theirs.push(tps);
@@ -173,14 +178,15 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         }
         let med = |v: &[f64]| (!v.is_empty()).then(|| median(v));
         let (pg, sql, raw) = (med(&theirs), med(&sql_enqueue), med(&raw_row));
-        let line = Line::new(
-            "A",
-            format!("enqueue, 1 job/transaction, {clients} client(s)"),
-            "jobs/s",
-            ours,
-        );
+        let variant = match (clients, shared) {
+            (1, _) => "enqueue, 1 job/call, 1 client".to_string(),
+            (n, true) => format!("enqueue, 1 job/call, {n} clients sharing a Client"),
+            (n, false) => format!("enqueue, 1 job/call, {n} clients, a Client each"),
+        };
+        let line = Line::new("A", variant, "jobs/s", ours);
         let pct = |of: Option<f64>| of.map(|of| 100.0 * line.median / of);
         let extra = json!({
+            "jobs_per_transaction": median(&per_transaction),
             "pgbench_insert_tps": pg, "pgbench_insert_runs": theirs,
             "percent_of_pgbench_insert": pct(pg),
             "pgbench_sql_enqueue_tps": sql, "pgbench_sql_enqueue_runs": sql_enqueue,
@@ -190,10 +196,49 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         });
         lines.push(line.with(extra));
     }
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue IN ('bench_a', 'bench_pgbench')")
+    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_pgbench'")
         .execute(&db.pool)
         .await?;
     Ok(lines)
+}
+
+/// One A run: each client in `clients` calls `enqueue()` in a loop for
+/// `run_secs` seconds. Returns jobs/s and jobs per transaction (rows written by
+/// one transaction share its xmin), and deletes the jobs.
+async fn enqueue_loop(
+    db: &BenchDb,
+    clients: &[conveyor::Client],
+    run_secs: u64,
+) -> Result<(f64, f64)> {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let until = start + Duration::from_secs(run_secs);
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in clients {
+        let (client, done) = (client.clone(), done.clone());
+        tasks.spawn(async move {
+            while Instant::now() < until {
+                client
+                    .enqueue(NewJob::new(TASK, json!({})).queue("bench_a"))
+                    .await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, conveyor::Error>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let rate = done.load(Ordering::Relaxed) as f64 / secs(start);
+    let (jobs, transactions): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT xmin::text) FROM conveyor.jobs WHERE queue = 'bench_a'",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_a'")
+        .execute(&db.pool)
+        .await?;
+    Ok((rate, jobs as f64 / transactions.max(1) as f64))
 }
 
 /// B: bulk enqueue in batches from one connection.
