@@ -215,7 +215,7 @@ type Outbox = (
 /// Sends notifications after their transaction committed, from a background
 /// task, in one statement per batch (duplicates merged), so concurrent
 /// callers share a statement. Used where the library owns the commit
-/// (autocommit enqueues, recorded outcomes): a NOTIFY inside a writing
+/// (bulk enqueues by COPY, recorded outcomes): a NOTIFY inside a writing
 /// transaction would make commits queue behind each other (see migration V8).
 ///
 /// A failing statement is retried with backoff for up to 10 s; if the

@@ -2,10 +2,12 @@
 //! transactions, each still atomic and durable on return, and one call's bad
 //! job fails only that call.
 
-use conveyor::NewJob;
+use std::time::Duration;
+
+use conveyor::{NewJob, Worker};
 use serde_json::json;
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually, futures_join_all};
+use crate::common::{TestDb, WAIT, count_jobs, eventually, futures_join_all, wait_for_listen};
 
 /// Transactions that inserted the `echo` jobs: rows written by one
 /// transaction share its xmin.
@@ -16,14 +18,14 @@ async fn inserting_transactions(db: &TestDb) -> i64 {
         .unwrap()
 }
 
-/// Starts `calls` concurrent enqueues of `echo` while inserts into the jobs
-/// table are blocked, waits until two inserts wait on the lock (the first
+/// Starts `calls` concurrent enqueues (`job(i)` for call `i`) while inserts
+/// into the jobs table are blocked, waits until two inserts wait on the lock (the first
 /// call's, alone, and the shared one of the calls queued meanwhile), then
 /// lets them go.
 async fn enqueue_while_blocked(
     db: &TestDb,
     calls: usize,
-    args: impl Fn(usize) -> serde_json::Value,
+    job: impl Fn(usize) -> NewJob,
 ) -> Vec<conveyor::Result<conveyor::JobHandle<serde_json::Value>>> {
     // SHARE mode conflicts with the ROW EXCLUSIVE lock an insert takes.
     let mut blocker = db.pool.begin().await.unwrap();
@@ -33,8 +35,8 @@ async fn enqueue_while_blocked(
         .unwrap();
     let enqueues: Vec<_> = (0..calls)
         .map(|i| {
-            let (client, args) = (db.client.clone(), args(i));
-            async move { client.enqueue(NewJob::new("echo", args)).await }
+            let (client, job) = (db.client.clone(), job(i));
+            async move { client.enqueue(job).await }
         })
         .collect();
     let all = tokio::spawn(futures_join_all(enqueues));
@@ -54,13 +56,17 @@ async fn enqueue_while_blocked(
     all.await.unwrap()
 }
 
+fn echo(args: serde_json::Value) -> NewJob {
+    NewJob::new("echo", args)
+}
+
 #[tokio::test]
 async fn concurrent_enqueues_share_commits_and_a_bad_job_fails_only_its_call() {
     let db = TestDb::new().await;
 
     // 40 calls at once: the first runs alone, the other 39 were queued while
     // it waited and commit together.
-    let results = enqueue_while_blocked(&db, 40, |i| json!({ "i": i })).await;
+    let results = enqueue_while_blocked(&db, 40, |i| echo(json!({ "i": i }))).await;
     let handles: Vec<_> = results.into_iter().map(Result::unwrap).collect();
     assert_eq!(count_jobs(&db.pool, "task = 'echo'").await, 40);
     let transactions = inserting_transactions(&db).await;
@@ -91,9 +97,9 @@ async fn concurrent_enqueues_share_commits_and_a_bad_job_fails_only_its_call() {
     let bad = 17;
     let results = enqueue_while_blocked(&db, 40, |i| {
         if i == bad {
-            json!({ "text": "nul \u{0} byte" })
+            echo(json!({ "text": "nul \u{0} byte" }))
         } else {
-            json!({ "i": i })
+            echo(json!({ "i": i }))
         }
     })
     .await;
@@ -111,4 +117,32 @@ async fn concurrent_enqueues_share_commits_and_a_bad_job_fails_only_its_call() {
         }
     }
     assert_eq!(count_jobs(&db.pool, "task = 'echo'").await, 39);
+}
+
+#[tokio::test]
+async fn a_shared_transaction_wakes_idle_workers_at_commit() {
+    let db = TestDb::new().await;
+    // Only a notification can wake this worker: its safety interval is an hour.
+    let worker = Worker::builder(&db.client)
+        .register_fn("echo", |_ctx, args| async move { Ok(args) })
+        .safety_interval(Duration::from_secs(3600))
+        .start()
+        .unwrap();
+    wait_for_listen(&db.pool, 1).await;
+    let warmup = db.client.enqueue(echo(json!("warm-up"))).await.unwrap();
+    warmup.wait(WAIT).await.unwrap();
+
+    // The first call, alone, goes to a queue the worker does not serve, so
+    // its notification wakes nobody: the jobs of the shared transaction run
+    // only if that transaction notified at its commit.
+    let results = enqueue_while_blocked(&db, 20, |i| {
+        let job = echo(json!({ "i": i }));
+        if i == 0 { job.queue("elsewhere") } else { job }
+    })
+    .await;
+    for (i, result) in results.into_iter().enumerate().skip(1) {
+        let output = result.unwrap().wait(WAIT).await.unwrap();
+        assert_eq!(output, json!({ "i": i }));
+    }
+    worker.shutdown(WAIT).await.unwrap();
 }
