@@ -635,7 +635,10 @@ impl Client {
         // Every job id of the workflow must be new: a member that is skipped
         // because its id exists would leave the workflow running forever.
         let ids = crate::workflow::job_ids(&spec)?;
-        if let Some(id) = db::existing_id(&mut *conn, self.inner.queries, &ids).await? {
+        if let Some(id) = db::existing_ids(&mut *conn, self.inner.queries, &ids)
+            .await?
+            .first()
+        {
             return Err(Error::InvalidJob(format!(
                 "job id {id} is taken: a workflow's jobs need new ids"
             )));

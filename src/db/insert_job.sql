@@ -1,7 +1,7 @@
 -- Insert one job: insert_jobs.sql for a single row, as plain as a statement
 -- can be (bound values, no set-returning function), so that it costs the
 -- least to plan and run. No row comes back when a job with this id exists:
--- the caller then reads its state. The insert trigger wakes idle workers at
+-- the caller then checks that it exists. The insert trigger wakes idle workers at
 -- commit.
 INSERT INTO conveyor.jobs
     (id, queue, task, args, headers, state, priority, run_at,
@@ -14,4 +14,4 @@ SELECT $1::uuid, $2::text, $3::text, $4::jsonb, $5::jsonb,
 FROM (SELECT coalesce($7::timestamptz,
                       statement_timestamp() + make_interval(secs => coalesce($8::float8, 0))) AS at) AS due
 ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
-RETURNING id, state
+RETURNING id

@@ -1,6 +1,6 @@
 -- Insert a batch of jobs in one statement (one element per job in each array).
 -- A job whose id already exists is not inserted and not returned: the caller
--- looks up the state of those (fetch_states.sql). The statement is kept this
+-- checks that those exist (existing_ids.sql). The statement is kept this
 -- plain on purpose: PostgreSQL then settles on a cached generic plan, where a
 -- join back to the input made it plan every call anew (0.2 ms, more than the
 -- insert). The insert trigger sends one job_ready notification per queue,
@@ -24,4 +24,4 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[],
                                    + make_interval(secs => coalesce(t.delay_secs, 0))) AS at
      ) AS due
 ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
-RETURNING id, state
+RETURNING id

@@ -47,7 +47,6 @@ pub(crate) struct Queries {
     defer_notify: &'static str,
     fetch_job: &'static str,
     fetch_state: &'static str,
-    fetch_states: &'static str,
     promote: &'static str,
     claim: &'static str,
     complete: &'static str,
@@ -56,7 +55,7 @@ pub(crate) struct Queries {
     rescue: &'static str,
     after_finish: &'static str,
     spawn: &'static str,
-    existing_id: &'static str,
+    existing_ids: &'static str,
     fetch_workflow: &'static str,
     workflow_results: &'static str,
     cancel: &'static str,
@@ -134,7 +133,6 @@ impl Queries {
             defer_notify: load(include_str!("defer_notify.sql")),
             fetch_job: load(include_str!("fetch_job.sql")),
             fetch_state: load(include_str!("fetch_state.sql")),
-            fetch_states: load(include_str!("fetch_states.sql")),
             promote: load(include_str!("promote.sql")),
             claim: load(include_str!("claim.sql")),
             complete: load(include_str!("complete.sql")),
@@ -143,7 +141,7 @@ impl Queries {
             rescue: load(include_str!("rescue.sql")),
             after_finish: load(include_str!("after_finish.sql")),
             spawn: load(include_str!("spawn.sql")),
-            existing_id: load(include_str!("existing_id.sql")),
+            existing_ids: load(include_str!("existing_ids.sql")),
             fetch_workflow: load(include_str!("fetch_workflow.sql")),
             workflow_results: load(include_str!("workflow_results.sql")),
             cancel: load(include_str!("cancel.sql")),
@@ -192,12 +190,12 @@ pub(crate) struct InsertRow {
     pub on_error: Option<Value>,
 }
 
-/// What the insert statement says of each job, in input order.
+/// What an insert did with each job, in input order.
 #[derive(Debug, Clone)]
 pub(crate) struct Inserted {
     pub id: JobId,
-    /// `None` when the job already existed but this transaction cannot see it yet.
-    pub state: Option<JobState>,
+    /// False when a job with this id existed already (or came earlier in
+    /// the same insert): nothing was written for it.
     pub inserted: bool,
 }
 
@@ -246,7 +244,7 @@ async fn insert_jobs(
         on_success.push(row.on_success.as_ref());
         on_error.push(row.on_error.as_ref());
     }
-    let returned: Vec<(JobId, String)> = sqlx::query_as(q.insert_jobs)
+    let returned: Vec<JobId> = sqlx::query_scalar(q.insert_jobs)
         .bind(&ids)
         .bind(&queues)
         .bind(&tasks)
@@ -262,29 +260,21 @@ async fn insert_jobs(
         .bind(&on_error)
         .fetch_all(&mut *conn)
         .await?;
-    let mut states = HashMap::with_capacity(returned.len());
-    for (id, state) in returned {
-        states.insert(id, parse_state(&state)?);
-    }
-    // Only the first occurrence of a repeated id was inserted; the rest, like
-    // ids that existed before, come back without a state.
+    let mut fresh: std::collections::HashSet<JobId> = returned.into_iter().collect();
+    // Only the first occurrence of a repeated id was inserted.
     Ok(rows
         .iter()
-        .map(|row| {
-            let state = states.remove(&row.id);
-            Inserted {
-                id: row.id,
-                inserted: state.is_some(),
-                state,
-            }
+        .map(|row| Inserted {
+            id: row.id,
+            inserted: fresh.remove(&row.id),
         })
         .collect())
 }
 
 /// Inserts `rows` on `conn`, one statement per [`crate::BULK_CHUNK`] rows, and
-/// returns what each became, in input order. A job that was not inserted (its
-/// id existed, or came earlier in `rows`) gets the state it has, read with a
-/// fresh snapshot in one more statement; an id that the insert found taken
+/// says of each, in input order, whether it was inserted. A job that was not
+/// (its id existed, or came earlier in `rows`) is checked to exist with a
+/// fresh snapshot, in one more statement: an id that the insert found taken
 /// but that cannot be read (its job was deleted since) is
 /// [`Error::NotFound`].
 pub(crate) async fn insert_all(
@@ -296,25 +286,20 @@ pub(crate) async fn insert_all(
     for chunk in rows.chunks(crate::BULK_CHUNK) {
         out.extend(insert_jobs(conn, q, chunk).await?);
     }
-    let missing: Vec<JobId> = out
+    let skipped: Vec<JobId> = out
         .iter()
-        .filter(|found| found.state.is_none())
+        .filter(|found| !found.inserted)
         .map(|found| found.id)
         .collect();
-    if missing.is_empty() {
+    if skipped.is_empty() {
         return Ok(out);
     }
-    let states: HashMap<JobId, String> = sqlx::query_as(q.fetch_states)
-        .bind(&missing)
-        .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .collect();
-    for found in out.iter_mut().filter(|found| found.state.is_none()) {
-        let state = states.get(&found.id).ok_or(Error::NotFound(found.id))?;
-        found.state = Some(parse_state(state)?);
+    let existing: std::collections::HashSet<JobId> =
+        existing_ids(conn, q, &skipped).await?.into_iter().collect();
+    match skipped.iter().find(|id| !existing.contains(id)) {
+        Some(id) => Err(Error::NotFound(*id)),
+        None => Ok(out),
     }
-    Ok(out)
 }
 
 /// Streams `rows` (due now: no `run_at`, no delay) into the jobs table with
@@ -391,7 +376,7 @@ pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)])
 
 /// [`insert_jobs`] for one row, with a statement that is cheap to plan.
 async fn insert_job(conn: &mut PgConnection, q: &Queries, row: &InsertRow) -> Result<Inserted> {
-    let inserted: Option<(JobId, String)> = sqlx::query_as(q.insert_job)
+    let inserted: Option<JobId> = sqlx::query_scalar(q.insert_job)
         .bind(row.id)
         .bind(&row.queue)
         .bind(&row.task)
@@ -407,18 +392,10 @@ async fn insert_job(conn: &mut PgConnection, q: &Queries, row: &InsertRow) -> Re
         .bind(&row.on_error)
         .fetch_optional(&mut *conn)
         .await?;
-    Ok(match inserted {
-        Some((id, state)) => Inserted {
-            id,
-            state: Some(parse_state(&state)?),
-            inserted: true,
-        },
-        // The id exists; `insert_all` reads its state.
-        None => Inserted {
-            id: row.id,
-            state: None,
-            inserted: false,
-        },
+    // No row: the id exists; `insert_all` checks that it still does.
+    Ok(Inserted {
+        id: row.id,
+        inserted: inserted.is_some(),
     })
 }
 
@@ -437,10 +414,8 @@ pub(crate) async fn enqueue_unique(
         .bind(ttl_secs)
         .fetch_one(&mut *conn)
         .await?;
-    let state: Option<String> = row.try_get("state")?;
     Ok(Inserted {
         id: row.try_get("id")?,
-        state: state.as_deref().map(parse_state).transpose()?,
         inserted: row.try_get("inserted")?,
     })
 }
@@ -747,15 +722,15 @@ pub(crate) async fn spawn(conn: &mut PgConnection, q: &Queries, spec: &Value) ->
     Ok(())
 }
 
-/// One of `ids` that a job has already, if any.
-pub(crate) async fn existing_id(
+/// Those of `ids` that a job has already.
+pub(crate) async fn existing_ids(
     conn: &mut PgConnection,
     q: &Queries,
     ids: &[JobId],
-) -> Result<Option<JobId>> {
-    Ok(sqlx::query_scalar(q.existing_id)
+) -> Result<Vec<JobId>> {
+    Ok(sqlx::query_scalar(q.existing_ids)
         .bind(ids)
-        .fetch_optional(&mut *conn)
+        .fetch_all(&mut *conn)
         .await?)
 }
 
