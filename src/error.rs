@@ -91,6 +91,43 @@ impl std::error::Error for Error {
     }
 }
 
+impl Error {
+    /// Whether trying the same again may succeed: the connection or the
+    /// pool failed (the statement may or may not have run), or PostgreSQL
+    /// gave up for a passing reason (shutting down, a serialization failure
+    /// or deadlock, resources exhausted). False for a refusal, such as a
+    /// constraint violation, that a retry would meet again.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => {
+                let code = db.code();
+                let code = code.as_deref().unwrap_or("");
+                // 08: connection exception; 57P: operator intervention;
+                // 40001 / 40P01: serialization failure, deadlock; 53:
+                // insufficient resources; 58: system error; XX: internal.
+                ["08", "57P", "40001", "40P01", "53", "58", "XX"]
+                    .iter()
+                    .any(|class| code.starts_with(class))
+            }
+            Error::Database(
+                sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed,
+            ) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether PostgreSQL refused the statement for a reason a retry would
+    /// meet again (the transaction was rolled back; the connection is fine).
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(self, Error::Database(sqlx::Error::Database(_))) && !self.is_transient()
+    }
+}
+
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         // 42P01: undefined_table, 3F000: invalid_schema_name.

@@ -173,6 +173,8 @@ pub struct Job {
     pub on_success: Option<Value>,
     /// Specs of what it enqueues when it fails for good (error callbacks).
     pub on_error: Option<Value>,
+    /// Fencing token of its latest claim (see `conveyor.jobs.lease_token`).
+    pub lease_token: Option<i64>,
 }
 
 impl Job {
@@ -206,6 +208,7 @@ impl Job {
             "workflow_index": self.workflow_index,
             "on_success": self.on_success,
             "on_error": self.on_error,
+            "lease_token": self.lease_token,
         })
     }
 
@@ -272,6 +275,7 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for Job {
             workflow_index: row.try_get("workflow_index")?,
             on_success: row.try_get("on_success")?,
             on_error: row.try_get("on_error")?,
+            lease_token: row.try_get("lease_token")?,
         })
     }
 }

@@ -55,6 +55,7 @@ mod metrics;
 mod migrate;
 mod notify;
 mod retry;
+mod supervise;
 mod task;
 pub mod testing;
 mod trace;
@@ -77,8 +78,8 @@ pub use migrate::{migrate, migrate_schema};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 pub use task::{Failure, Task, TaskContext, TaskError};
 pub use worker::{
-    DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ENV_VARS, ShutdownReport, Worker,
-    WorkerBuilder, WorkerHandle,
+    BOOKKEEPING_CONNECTIONS, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ENV_VARS,
+    ShutdownReport, Worker, WorkerBuilder, WorkerHandle, WorkerHealth, WorkerTask,
 };
 pub use workflow::{
     Chain, Chord, Group, GroupHandle, JobFailure, PipedJob, Workflow, WorkflowHandle, WorkflowRun,

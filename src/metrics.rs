@@ -38,6 +38,8 @@ pub struct Metrics {
     processed: IntCounterVec,
     failed: IntCounterVec,
     duration: HistogramVec,
+    leases_lost: IntCounterVec,
+    restarts: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -100,6 +102,22 @@ impl Metrics {
             &["task"],
         )
         .map_err(metric_error)?;
+        let leases_lost = IntCounterVec::new(
+            Opts::new(
+                "conveyor_leases_lost_total",
+                "Jobs whose lease this process lost before their outcome was written",
+            ),
+            &["queue", "task"],
+        )
+        .map_err(metric_error)?;
+        let restarts = IntCounterVec::new(
+            Opts::new(
+                "conveyor_worker_task_restarts_total",
+                "Background tasks of this process's workers restarted after a panic",
+            ),
+            &["task"],
+        )
+        .map_err(metric_error)?;
         for collector in [
             Box::new(jobs.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(size.clone()),
@@ -108,6 +126,8 @@ impl Metrics {
             Box::new(processed.clone()),
             Box::new(failed.clone()),
             Box::new(duration.clone()),
+            Box::new(leases_lost.clone()),
+            Box::new(restarts.clone()),
         ] {
             registry.register(collector).map_err(metric_error)?;
         }
@@ -120,6 +140,8 @@ impl Metrics {
             processed,
             failed,
             duration,
+            leases_lost,
+            restarts,
         })
     }
 
@@ -137,6 +159,16 @@ impl Metrics {
         self.duration
             .with_label_values(&[task])
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts a lease lost by a worker given these metrics.
+    pub(crate) fn lease_lost(&self, queue: &str, task: &str) {
+        self.leases_lost.with_label_values(&[queue, task]).inc();
+    }
+
+    /// Counts a worker background task restarted after a panic.
+    pub(crate) fn task_restarted(&self, task: &str) {
+        self.restarts.with_label_values(&[task]).inc();
     }
 
     /// Reads the queue's state from the database into the gauges.

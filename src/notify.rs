@@ -56,50 +56,75 @@ async fn connect(pool: &PgPool, channels: &[&str]) -> Result<PgListener, sqlx::E
 
 /// Listens on `channels` until the returned task is aborted. `ready` turns
 /// true once the first LISTEN is in place. Errors never end the task: it
-/// reconnects with backoff and reports a [`ListenEvent::Gap`].
-pub(crate) fn spawn_listener(
+/// reconnects with backoff and reports a [`ListenEvent::Gap`]. If `on_event`
+/// panics, the listener is restarted (`on_panic` hears of it) with a fresh
+/// clone of `on_event`, and reports a gap.
+pub(crate) fn spawn_listener<E>(
     pool: &PgPool,
     channels: Vec<&'static str>,
-    mut on_event: impl FnMut(ListenEvent<'_>) + Send + 'static,
-) -> (JoinHandle<()>, watch::Receiver<bool>) {
+    on_event: E,
+    on_panic: impl FnMut(&str) + Send + 'static,
+) -> (JoinHandle<()>, watch::Receiver<bool>)
+where
+    E: FnMut(ListenEvent<'_>) + Clone + Send + 'static,
+{
     let pool = dedicated_pool(pool);
     let (ready_tx, ready_rx) = watch::channel(false);
-    let task = tokio::spawn(async move {
-        let mut backoff = reconnect_backoff();
+    let ready_tx = Arc::new(ready_tx);
+    let task = tokio::spawn(crate::supervise::supervise(
+        "listener",
+        move || {
+            listen(
+                pool.clone(),
+                channels.clone(),
+                on_event.clone(),
+                ready_tx.clone(),
+            )
+        },
+        on_panic,
+    ));
+    (task, ready_rx)
+}
+
+async fn listen(
+    pool: PgPool,
+    channels: Vec<&'static str>,
+    mut on_event: impl FnMut(ListenEvent<'_>),
+    ready: Arc<watch::Sender<bool>>,
+) {
+    let mut backoff = reconnect_backoff();
+    loop {
+        let mut listener = match connect(&pool, &channels).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
+                tracing::warn!(%error, ?wait, "conveyor: cannot LISTEN, retrying");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        ready.send_replace(true);
+        on_event(ListenEvent::Gap);
         loop {
-            let mut listener = match connect(&pool, &channels).await {
-                Ok(listener) => listener,
-                Err(error) => {
-                    let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
-                    tracing::warn!(%error, ?wait, "conveyor: cannot LISTEN, retrying");
-                    tokio::time::sleep(wait).await;
-                    continue;
+            match listener.try_recv().await {
+                Ok(Some(notification)) => {
+                    backoff.reset();
+                    on_event(ListenEvent::Notification {
+                        channel: notification.channel(),
+                        payload: notification.payload(),
+                    });
                 }
-            };
-            ready_tx.send_replace(true);
-            on_event(ListenEvent::Gap);
-            loop {
-                match listener.try_recv().await {
-                    Ok(Some(notification)) => {
-                        backoff.reset();
-                        on_event(ListenEvent::Notification {
-                            channel: notification.channel(),
-                            payload: notification.payload(),
-                        });
-                    }
-                    // The connection dropped and was re-established (LISTEN included).
-                    Ok(None) => on_event(ListenEvent::Gap),
-                    Err(error) => {
-                        tracing::warn!(%error, "conveyor: LISTEN connection lost");
-                        break;
-                    }
+                // The connection dropped and was re-established (LISTEN included).
+                Ok(None) => on_event(ListenEvent::Gap),
+                Err(error) => {
+                    tracing::warn!(%error, "conveyor: LISTEN connection lost");
+                    break;
                 }
             }
-            drop(listener);
-            tokio::time::sleep(backoff.next_backoff().unwrap_or(Duration::from_secs(5))).await;
         }
-    });
-    (task, ready_rx)
+        drop(listener);
+        tokio::time::sleep(backoff.next_backoff().unwrap_or(Duration::from_secs(5))).await;
+    }
 }
 
 /// Wakes waiters on job ids when `job_finished` notifications name them.
@@ -185,6 +210,7 @@ impl WaiterHub {
                             }
                         }
                     },
+                    |_| {},
                 );
                 state.listener = Some(listener);
             }

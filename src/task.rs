@@ -85,6 +85,7 @@ pub struct TaskContext {
     pub(crate) headers: Value,
     pub(crate) worker_id: String,
     pub(crate) cancel: tokio_util::sync::CancellationToken,
+    pub(crate) lease_lost: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TaskContext {
@@ -124,16 +125,28 @@ impl TaskContext {
     pub fn worker_id(&self) -> &str {
         &self.worker_id
     }
-    /// Whether cancellation of this job was asked for (see [`crate::Client::cancel`]).
+    /// Whether the handler should stop: cancellation of this job was asked
+    /// for (see [`crate::Client::cancel`]) or its lease was lost.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }
-    /// Resolves when cancellation is asked for: select on it in long
-    /// handlers to stop early. A handler that does not stop is aborted after
-    /// the worker's cancel grace period; either way the job ends `cancelled`
-    /// (unless the handler returns `Ok` within the grace period).
+    /// Resolves when the handler should stop: cancellation was asked for
+    /// (see [`crate::Client::cancel`]), or the worker lost the job's lease
+    /// (see [`TaskContext::lease_lost`]). Select on it in long handlers to
+    /// stop early. A handler that does not stop is aborted after the
+    /// worker's cancel grace period. After a cancellation the job ends
+    /// `cancelled` (unless the handler returns `Ok` within the grace
+    /// period); after a lost lease nothing this attempt returns is recorded.
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await
+    }
+    /// Whether the worker lost this job's lease: the database no longer
+    /// holds the job for this attempt (its lease expired while the worker
+    /// could not renew it, and it was rescued, re-queued or claimed again),
+    /// so another attempt may be running elsewhere and whatever this one
+    /// returns will not be recorded. [`TaskContext::cancelled`] resolves too.
+    pub fn lease_lost(&self) -> bool {
+        self.lease_lost.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -87,6 +87,7 @@ pub fn context(task: &str) -> TaskContext {
         headers: Value::Object(Default::default()),
         worker_id: "inline".to_string(),
         cancel: tokio_util::sync::CancellationToken::new(),
+        lease_lost: Default::default(),
     }
 }
 

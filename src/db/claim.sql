@@ -28,7 +28,10 @@ picked AS (
 )
 UPDATE conveyor.jobs j
 SET state = 'started',
-    attempt = j.attempt + 1,
+    -- (Saturating: a hand-written attempt of 2^31 - 1 must not fail the claim.)
+    attempt = least(j.attempt, 2147483646) + 1,
+    -- A fresh fencing token, never used before (see migrations/V10).
+    lease_token = nextval('conveyor.lease_tokens'),
     started_at = now(),
     lease_expires_at = now() + make_interval(secs => $4),
     worker_id = $5

@@ -1,6 +1,7 @@
 -- Record the outcomes of a batch of attempts in one statement. Each row is
--- fenced on (id, attempt, state = 'started'): a worker whose lease was lost
--- cannot overwrite a newer attempt. Returned for the caller to send after the
+-- fenced on (id, lease_token, state = 'started'): a worker whose lease was
+-- lost cannot overwrite a newer claim, even one re-queued since (the token
+-- of a claim is never reused, unlike the attempt count). Returned for the caller to send after the
 -- commit (outside this transaction, see migration V8): the finished ids, for
 -- one job_finished notification, and job_ready payloads for queues with
 -- retries or freed concurrency. Jobs that have follow-up work (workflow,
@@ -8,8 +9,8 @@
 -- the same transaction.
 WITH outcome AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::int[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
-         AS t(id, attempt, state, result, error, retry_in_secs)
+    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
+         AS t(id, lease_token, state, result, error, retry_in_secs)
 ),
 updated AS (
     -- A job whose cancellation was asked for is not retried: it ends
@@ -36,7 +37,7 @@ updated AS (
         lease_expires_at = NULL,
         worker_id = NULL
     FROM outcome o
-    WHERE j.id = ANY($1::uuid[]) AND j.id = o.id AND j.attempt = o.attempt
+    WHERE j.id = ANY($1::uuid[]) AND j.id = o.id AND j.lease_token = o.lease_token
       AND j.state = 'started'
     RETURNING j.id, j.queue, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
@@ -53,7 +54,7 @@ retrying AS (
     SELECT json_build_object('queue', q.queue, 'scheduled', true)::text AS payload
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'retry') AS q
 )
-SELECT (SELECT count(*) FROM updated) AS updated,
+SELECT (SELECT coalesce(array_agg(id), '{}') FROM updated) AS updated,
        -- Finished jobs of workflows or with callbacks: conveyor.after_finish() takes them next.
        (SELECT coalesce(array_agg(id), '{}') FROM updated WHERE follow_up AND state <> 'retry') AS follow_ups,
        -- For the caller to announce after commit (job_finished, job_ready).

@@ -51,6 +51,7 @@ pub(crate) struct Queries {
     claim: &'static str,
     complete: &'static str,
     heartbeat: &'static str,
+    recorded: &'static str,
     release: &'static str,
     rescue: &'static str,
     after_finish: &'static str,
@@ -137,6 +138,7 @@ impl Queries {
             claim: load(include_str!("claim.sql")),
             complete: load(include_str!("complete.sql")),
             heartbeat: load(include_str!("heartbeat.sql")),
+            recorded: load(include_str!("recorded.sql")),
             release: load(include_str!("release.sql")),
             rescue: load(include_str!("rescue.sql")),
             after_finish: load(include_str!("after_finish.sql")),
@@ -485,19 +487,76 @@ pub(crate) struct Claim<'a> {
     pub limited: bool,
 }
 
-/// What a claim on a limited queue found.
+/// What a claim found.
 #[derive(Debug, Default)]
 pub(crate) struct Claimed {
-    pub jobs: Vec<Job>,
+    /// Jobs claimed, in claim order (priority, then run_at, then id).
+    pub jobs: Vec<ClaimedJob>,
+    /// Jobs claimed whose row cannot be decoded (JSON nested too deep, say):
+    /// the caller must fail them, each with its reason.
+    pub undecodable: Vec<Undecodable>,
     /// The rate window is used up until then.
     pub rate_limited_until: Option<DateTime<Utc>>,
+}
+
+/// A claimed job and the fencing token of its claim.
+#[derive(Debug)]
+pub(crate) struct ClaimedJob {
+    pub job: Job,
+    pub lease_token: i64,
+}
+
+/// A claimed row that [`Job`] cannot represent.
+#[derive(Debug)]
+pub(crate) struct Undecodable {
+    pub id: JobId,
+    pub lease_token: i64,
+    pub queue: String,
+    pub task: String,
+    /// Why, as the job's error will say.
+    pub error: String,
+}
+
+/// Decodes claimed rows one by one, so one bad row fails only its own job
+/// (the claim has committed by then: every row must come out as one or
+/// the other).
+fn decode_claimed(rows: Vec<sqlx::postgres::PgRow>, claimed: &mut Claimed) {
+    use sqlx::FromRow;
+    for row in rows {
+        let (id, token) = match (
+            row.try_get::<JobId, _>("id"),
+            row.try_get::<Option<i64>, _>("lease_token"),
+        ) {
+            (Ok(id), Ok(Some(token))) => (id, token),
+            (id, token) => {
+                // Cannot happen (both columns are typed and set by the claim);
+                // the row's lease expires and the rescuer takes it.
+                tracing::error!(?id, ?token, "conveyor: a claimed row has no id or token");
+                continue;
+            }
+        };
+        match Job::from_row(&row) {
+            Ok(job) => claimed.jobs.push(ClaimedJob {
+                job,
+                lease_token: token,
+            }),
+            Err(error) => claimed.undecodable.push(Undecodable {
+                id,
+                lease_token: token,
+                queue: row.try_get("queue").unwrap_or_default(),
+                task: row.try_get("task").unwrap_or_default(),
+                error: format!("conveyor cannot decode this job's row: {error}"),
+            }),
+        }
+    }
 }
 
 /// Claims up to `limit` jobs of `queue`. With a concurrency or rate limit
 /// the claim runs in a transaction after locking the queue's row.
 pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Claimed> {
     let claim = |concurrency: Option<i32>, rate_room: Option<i32>| {
-        sqlx::query_as::<_, Job>(q.claim)
+        // Rows, not `Job`s: see `decode_claimed`.
+        sqlx::query(q.claim)
             .bind(c.queue)
             .bind(c.tasks)
             .bind(c.limit)
@@ -516,9 +575,9 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
             .fetch_optional(&mut *tx)
             .await?;
         let (concurrency, rate_room, window_end) = limits.unwrap_or_default();
-        claimed.jobs = claim(concurrency, rate_room).fetch_all(&mut *tx).await?;
+        let rows = claim(concurrency, rate_room).fetch_all(&mut *tx).await?;
         if let Some(room) = rate_room {
-            let started = claimed.jobs.len() as i32;
+            let started = rows.len() as i32;
             sqlx::query(q.count_starts)
                 .bind(c.queue)
                 .bind(started)
@@ -529,10 +588,13 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
             }
         }
         tx.commit().await?;
+        decode_claimed(rows, &mut claimed);
     } else {
-        claimed.jobs = claim(None, None).fetch_all(pool).await?;
+        let rows = claim(None, None).fetch_all(pool).await?;
+        decode_claimed(rows, &mut claimed);
     }
     claimed.jobs.sort_by(|a, b| {
+        let (a, b) = (&a.job, &b.job);
         b.priority
             .cmp(&a.priority)
             .then(a.run_at.cmp(&b.run_at))
@@ -637,7 +699,11 @@ pub(crate) async fn queue_limits<'e>(
 #[derive(Debug, Clone)]
 pub(crate) struct OutcomeRow {
     pub id: JobId,
-    pub attempt: i32,
+    /// The fencing token of the claim that ran it.
+    pub lease_token: i64,
+    /// The job's queue and task (for logs and metrics; not written).
+    pub queue: String,
+    pub task: String,
     pub state: JobState,
     pub result: Option<Value>,
     pub error: Option<String>,
@@ -647,15 +713,15 @@ pub(crate) struct OutcomeRow {
     pub follow_up: bool,
 }
 
-/// Writes a batch of outcomes; returns how many rows were still held by
-/// their attempt, and the finished ones that need [`after_finish`].
+/// Writes a batch of outcomes; returns which rows were still held by their
+/// claim, and the finished ones that need [`after_finish`].
 pub(crate) async fn complete<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     outcomes: &[OutcomeRow],
 ) -> Result<Completed> {
     let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
-    let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
+    let tokens: Vec<i64> = outcomes.iter().map(|o| o.lease_token).collect();
     let states: Vec<&str> = outcomes.iter().map(|o| o.state.as_str()).collect();
     let results: Vec<Option<&Value>> = outcomes.iter().map(|o| o.result.as_ref()).collect();
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
@@ -664,7 +730,7 @@ pub(crate) async fn complete<'e>(
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)
         .bind(&ids)
-        .bind(&attempts)
+        .bind(&tokens)
         .bind(&states)
         .bind(&results)
         .bind(&errors)
@@ -691,8 +757,9 @@ pub(crate) async fn complete<'e>(
 
 /// What [`complete`] recorded.
 pub(crate) struct Completed {
-    /// Outcomes written (the rest were no longer held by their attempt).
-    pub updated: i64,
+    /// Jobs whose outcome was written (the rest were no longer held by
+    /// their claim).
+    pub updated: Vec<JobId>,
     /// Finished jobs with follow-up work, for [`after_finish`].
     pub follow_ups: Vec<JobId>,
     /// Notifications to send once the transaction has committed.
@@ -757,31 +824,61 @@ pub(crate) async fn workflow_results<'e>(
         .await?)
 }
 
-/// Extends the leases of running jobs (id, attempt); returns the ids of
-/// those whose cancellation was asked for.
+/// A claim a worker holds: the job and the fencing token of its claim.
+pub(crate) type Lease = (JobId, i64);
+
+/// A lease [`heartbeat`] renewed, and whether the job's cancellation was
+/// asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    pub lease: Lease,
+    pub cancel: bool,
+}
+
+/// Extends the given leases; returns those it renewed (the others are lost:
+/// the job was rescued, finished, re-queued or claimed again).
 pub(crate) async fn heartbeat<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
-    jobs: &[(JobId, i32)],
+    leases: &[Lease],
     lease_secs: f64,
-) -> Result<Vec<JobId>> {
-    let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
-    let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
+) -> Result<Vec<Renewed>> {
+    let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
     let rows = sqlx::query(q.heartbeat)
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)
         .bind(&ids)
-        .bind(&attempts)
+        .bind(&tokens)
         .bind(lease_secs)
         .fetch_all(exec)
         .await?;
-    let mut cancelled = Vec::new();
-    for row in rows {
-        if row.try_get::<bool, _>("cancel")? {
-            cancelled.push(row.try_get("id")?);
-        }
-    }
-    Ok(cancelled)
+    rows.iter()
+        .map(|row| {
+            Ok(Renewed {
+                lease: (row.try_get("id")?, row.try_get("lease_token")?),
+                cancel: row.try_get("cancel")?,
+            })
+        })
+        .collect()
+}
+
+/// Those of `leases` whose claim has ended with its outcome recorded (the
+/// job is no longer started and still carries that token): after a write
+/// whose acknowledgement was lost, which outcomes did commit.
+pub(crate) async fn recorded<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    leases: &[Lease],
+) -> Result<Vec<JobId>> {
+    let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
+    Ok(sqlx::query_scalar(q.recorded)
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(exec)
+        .await?)
 }
 
 /// Cancels a job (see `conveyor.cancel`); returns its state afterwards.
@@ -840,23 +937,23 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
     Ok(Some(row.try_get("rescued")?))
 }
 
-/// Puts jobs (id, attempt) held by `worker_id` back to pending; returns how
-/// many. Jobs whose cancellation was asked for end cancelled, and their
+/// Puts jobs held by `worker_id` under these leases back to pending;
+/// returns how many. Jobs whose cancellation was asked for end cancelled, and their
 /// follow-ups ([`after_finish`]) run in the same transaction.
 pub(crate) async fn release(
     pool: &PgPool,
     q: &Queries,
-    jobs: &[(JobId, i32)],
+    leases: &[Lease],
     worker_id: &str,
 ) -> Result<i64> {
-    let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
-    let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
+    let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
     let mut tx = pool.begin().await?;
     let row = sqlx::query(q.release)
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)
         .bind(&ids)
-        .bind(&attempts)
+        .bind(&tokens)
         .bind(worker_id)
         .bind(q.job_ready_channel)
         .bind(q.job_finished_channel)

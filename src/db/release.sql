@@ -1,4 +1,5 @@
--- Give jobs back without spending an attempt (graceful shutdown): they become
+-- Give jobs back without spending an attempt (graceful shutdown), fenced on
+-- their (id, lease_token) and this worker's id: they become
 -- pending again and idle workers of their queues are woken. A job whose
 -- cancellation was asked for ends cancelled instead: waiters hear of it, and
 -- its workflow and callbacks are returned for conveyor.after_finish(), which
@@ -7,11 +8,13 @@ WITH released AS (
     UPDATE conveyor.jobs j SET
         state = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
         finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-        attempt = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempt - 1 ELSE j.attempt END,
+        attempt = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempt - 1, 0) ELSE j.attempt END,
         lease_expires_at = NULL,
+        lease_token = NULL,
         worker_id = NULL
-    FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
-    WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.attempt = r.attempt AND j.state = 'started' AND j.worker_id = $3
+    FROM unnest($1::uuid[], $2::bigint[]) AS r(id, lease_token)
+    WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.lease_token = r.lease_token
+      AND j.state = 'started' AND j.worker_id = $3
     RETURNING j.id, j.queue, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
 ),

@@ -22,6 +22,8 @@ rescued AS (
         finished_at = CASE WHEN j.attempt <= j.max_retries AND j.cancel_requested_at IS NULL
                            THEN NULL ELSE now() END,
         lease_expires_at = NULL,
+        -- The claim ended without its worker: its token no longer counts.
+        lease_token = NULL,
         worker_id = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
     RETURNING j.id, j.queue, j.state,

@@ -16,6 +16,7 @@ use crate::client::{Client, NewJob};
 use crate::db;
 use crate::error::{Error, Result};
 use crate::job::job_id_from_key;
+use crate::supervise::Checkpoint;
 
 /// What a new leader does about slots that passed while no process led.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,8 +145,9 @@ impl Periodic {
 /// How often a follower tries to become leader, and the leader checks it still is.
 const LEADER_CHECK: Duration = Duration::from_secs(2);
 
-pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>) {
+pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>, checkpoint: Checkpoint) {
     loop {
+        checkpoint();
         let options = (*client.pool().connect_options()).clone();
         let conn = PgConnection::connect_with(&options).await;
         let mut conn = match conn {

@@ -8,6 +8,7 @@ use crate::client::Client;
 use crate::db;
 use crate::error::Result;
 use crate::job::JobState;
+use crate::supervise::Checkpoint;
 
 /// Jobs deleted per statement.
 const BATCH: i64 = 1_000;
@@ -82,11 +83,17 @@ pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<u64>
     Ok(deleted)
 }
 
-pub(crate) async fn run(client: Client, retention: Retention, every: Duration) {
+pub(crate) async fn run(
+    client: Client,
+    retention: Retention,
+    every: Duration,
+    checkpoint: Checkpoint,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        checkpoint();
         match prune(&client, &retention).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, "conveyor: pruned finished jobs"),

@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::db;
+use crate::supervise::Checkpoint;
 
 /// Jobs recovered per statement (also bounds the finished-ids payload).
 const BATCH: i64 = 200;
 
-pub(crate) async fn run(client: Client, every: Duration) {
+pub(crate) async fn run(client: Client, every: Duration, checkpoint: Checkpoint) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        checkpoint();
         loop {
             let inner = &client.inner;
             match db::rescue(&inner.pool, inner.queries, BATCH).await {

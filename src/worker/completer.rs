@@ -1,5 +1,11 @@
 //! Writes outcomes in batches: whatever has arrived while the previous batch
 //! was being written goes in the next statement (up to [`MAX_BATCH`]).
+//!
+//! A batch that PostgreSQL refuses is split until the refused outcome is
+//! alone, so every other outcome is stored; the refused one is then stored
+//! as a failure that says why. A write whose acknowledgement was lost is
+//! retried, and outcomes that the first try did commit are recognised by
+//! their claim's token.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -10,15 +16,17 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::client::Client;
 use crate::db::{self, OutcomeRow};
-use crate::job::JobId;
+use crate::error::Error;
+use crate::job::JobState;
+use crate::worker::health::{Health, WorkerTask};
 
 /// Outcomes per statement.
 pub(crate) const MAX_BATCH: usize = 1_000;
 
-/// Attempts whose outcome is handed over but not yet written: the heartbeat
+/// Claims whose outcome is handed over but not yet written: the heartbeat
 /// keeps renewing their leases, so a slow or unreachable database does not
 /// let another worker run a job that has in fact finished.
-pub(crate) type Unrecorded = Arc<Mutex<HashSet<(JobId, i32)>>>;
+pub(crate) type Unrecorded = Arc<Mutex<HashSet<db::Lease>>>;
 
 /// Where executors hand outcomes to the completer.
 #[derive(Clone)]
@@ -28,95 +36,223 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
-    /// A new outbox, the completer's end of it, and the shared set of
-    /// attempts not yet written.
-    pub(crate) fn new() -> (Outbox, UnboundedReceiver<OutcomeRow>, Unrecorded) {
-        let (tx, rx) = unbounded_channel();
-        let unrecorded = Unrecorded::default();
-        let outbox = Outbox {
-            tx,
-            unrecorded: unrecorded.clone(),
-        };
-        (outbox, rx, unrecorded)
-    }
-
     /// Hands an outcome over (before the executor ends, so the job is never
     /// in neither the running set nor this one).
     pub(crate) fn send(&self, outcome: OutcomeRow) {
-        lock(&self.unrecorded).insert((outcome.id, outcome.attempt));
+        lock(&self.unrecorded).insert((outcome.id, outcome.lease_token));
         // The completer is gone only when the worker is being torn down; the
         // job then stays started until its lease runs out.
         let _ = self.tx.send(outcome);
     }
 }
 
-fn lock(set: &Unrecorded) -> std::sync::MutexGuard<'_, HashSet<(JobId, i32)>> {
-    set.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs until every sender is dropped and every outcome is written (or given
-/// up on after `give_up_after`: the job then stays started until its lease
-/// expires).
-pub(crate) async fn run(
+/// The completer: its state outlives a restart after a panic (the queue of
+/// outcomes, and the batch being written, which the next run writes first).
+#[derive(Clone)]
+pub(crate) struct Completer {
     client: Client,
-    mut outcomes: UnboundedReceiver<OutcomeRow>,
-    unrecorded: Unrecorded,
+    outcomes: Arc<tokio::sync::Mutex<UnboundedReceiver<OutcomeRow>>>,
+    in_flight: Arc<Mutex<Option<Arc<Vec<OutcomeRow>>>>>,
+    pub(crate) unrecorded: Unrecorded,
     give_up_after: Duration,
-) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut announced = None;
-    while outcomes.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        announced = Some(write(&client, &batch, give_up_after).await);
-        let mut set = lock(&unrecorded);
-        for outcome in batch.drain(..) {
-            set.remove(&(outcome.id, outcome.attempt));
+    health: Arc<Health>,
+}
+
+impl Completer {
+    /// A completer writing with `client` (giving up on a batch after
+    /// `give_up_after`: the jobs then stay started until their leases
+    /// expire), and the outbox executors send to.
+    pub(crate) fn new(
+        client: Client,
+        give_up_after: Duration,
+        health: Arc<Health>,
+    ) -> (Completer, Outbox) {
+        let (tx, rx) = unbounded_channel();
+        let unrecorded = Unrecorded::default();
+        let outbox = Outbox {
+            tx,
+            unrecorded: unrecorded.clone(),
+        };
+        let completer = Completer {
+            client,
+            outcomes: Arc::new(tokio::sync::Mutex::new(rx)),
+            in_flight: Arc::default(),
+            unrecorded,
+            give_up_after,
+            health,
+        };
+        (completer, outbox)
+    }
+
+    /// Runs until every sender is dropped and every outcome is written.
+    pub(crate) async fn run(self) {
+        let mut outcomes = self.outcomes.lock().await;
+        let mut announced = None;
+        loop {
+            // A batch left by a run that panicked goes first.
+            let left = lock(&self.in_flight).clone();
+            let batch = match left {
+                Some(batch) => batch,
+                None => {
+                    let mut batch = Vec::with_capacity(MAX_BATCH);
+                    if outcomes.recv_many(&mut batch, MAX_BATCH).await == 0 {
+                        break;
+                    }
+                    let batch = Arc::new(batch);
+                    *lock(&self.in_flight) = Some(batch.clone());
+                    batch
+                }
+            };
+            self.health.checkpoint(WorkerTask::Completer);
+            announced = Some(self.write(&batch).await);
+            let mut unrecorded = lock(&self.unrecorded);
+            for outcome in batch.iter() {
+                unrecorded.remove(&(outcome.id, outcome.lease_token));
+            }
+            *lock(&self.in_flight) = None;
+        }
+        // Announcements are sent in order: once the last is out, all are.
+        if let Some(announced) = announced {
+            let _ = announced.await;
         }
     }
-    // Announcements are sent in order: once the last is out, all are.
-    if let Some(announced) = announced {
-        let _ = announced.await;
+
+    /// Writes a batch; the receiver completes once its announcements are out.
+    async fn write(&self, batch: &[OutcomeRow]) -> tokio::sync::oneshot::Receiver<()> {
+        let mut notes = Vec::new();
+        let mut lost = Vec::new();
+        let mut parts = vec![batch.to_vec()];
+        while let Some(part) = parts.pop() {
+            match self.write_retrying(&part).await {
+                Ok(mut written) => {
+                    notes.append(&mut written.notes);
+                    lost.extend(
+                        part.iter()
+                            .filter(|o| !written.ids.contains(&o.id))
+                            .cloned(),
+                    );
+                }
+                Err(error) if refused(&error) && part.len() > 1 => {
+                    // Find the outcome PostgreSQL refuses: the rest are stored.
+                    let mut part = part;
+                    let second = part.split_off(part.len() / 2);
+                    parts.push(second);
+                    parts.push(part);
+                }
+                Err(error) if refused(&error) => {
+                    let outcome = &part[0];
+                    tracing::error!(%error, job.id = %outcome.id, "conveyor: cannot record this outcome; recording a failure instead");
+                    let failed = OutcomeRow {
+                        state: JobState::Failure,
+                        result: None,
+                        retry_in_secs: None,
+                        error: Some(format!(
+                            "conveyor could not record this job's outcome: {error}"
+                        )),
+                        ..outcome.clone()
+                    };
+                    match self.write_retrying(std::slice::from_ref(&failed)).await {
+                        Ok(mut written) => notes.append(&mut written.notes),
+                        Err(error) => {
+                            tracing::error!(%error, job.id = %outcome.id, "conveyor: cannot record this job's failure either; it stays started until its lease expires")
+                        }
+                    }
+                }
+                Err(error) => tracing::error!(
+                    %error,
+                    jobs = part.len(),
+                    "conveyor: gave up recording outcomes; the jobs will be retried when their leases expire"
+                ),
+            }
+        }
+        for outcome in &lost {
+            tracing::warn!(job.id = %outcome.id, job.task = %outcome.task, "conveyor: outcome not recorded: this worker no longer holds the job's lease");
+            self.health.lease_lost(&outcome.queue, &outcome.task);
+        }
+        self.client.inner.notifier.send(notes)
+    }
+
+    /// Writes `batch`, retrying connection failures with backoff for up to
+    /// `give_up_after`; a refusal is returned at once.
+    async fn write_retrying(&self, batch: &[OutcomeRow]) -> crate::Result<Written> {
+        let policy = ExponentialBackoff {
+            initial_interval: Duration::from_millis(50),
+            max_interval: Duration::from_secs(2),
+            max_elapsed_time: Some(self.give_up_after),
+            ..ExponentialBackoff::default()
+        };
+        let retried = std::sync::atomic::AtomicBool::new(false);
+        let mut written = backoff::future::retry_notify(
+            policy,
+            || async {
+                write_once(&self.client, batch).await.map_err(|error| {
+                    if refused(&error) {
+                        backoff::Error::permanent(error)
+                    } else {
+                        backoff::Error::transient(error)
+                    }
+                })
+            },
+            |error, wait| {
+                retried.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%error, ?wait, "conveyor: cannot record outcomes, retrying");
+            },
+        )
+        .await?;
+        if retried.into_inner() && written.ids.len() < batch.len() {
+            // An earlier try may have committed without our hearing of it.
+            self.recover_lost_acks(batch, &mut written).await;
+        }
+        Ok(written)
+    }
+
+    /// Counts as written the outcomes of `batch` that an earlier try
+    /// committed (their claim's token is still on the finished row).
+    async fn recover_lost_acks(&self, batch: &[OutcomeRow], written: &mut Written) {
+        let missing: Vec<db::Lease> = batch
+            .iter()
+            .filter(|o| !written.ids.contains(&o.id))
+            .map(|o| (o.id, o.lease_token))
+            .collect();
+        let inner = &self.client.inner;
+        match db::recorded(&inner.pool, inner.queries, &missing).await {
+            Ok(ids) => {
+                for outcome in batch.iter().filter(|o| ids.contains(&o.id)) {
+                    written.notes.push(announcement(inner.queries, outcome));
+                }
+                written.ids.extend(ids);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "conveyor: cannot tell which outcomes an interrupted write stored")
+            }
+        }
     }
 }
 
-/// Writes a batch; the receiver completes once its announcements are out.
-async fn write(
-    client: &Client,
-    batch: &[OutcomeRow],
-    give_up_after: Duration,
-) -> tokio::sync::oneshot::Receiver<()> {
-    let policy = ExponentialBackoff {
-        initial_interval: Duration::from_millis(50),
-        max_interval: Duration::from_secs(2),
-        max_elapsed_time: Some(give_up_after),
-        ..ExponentialBackoff::default()
-    };
-    let written = backoff::future::retry_notify(
-        policy,
-        || async {
-            write_once(client, batch)
-                .await
-                .map_err(backoff::Error::transient)
-        },
-        |error, wait| tracing::warn!(%error, ?wait, "conveyor: cannot record outcomes, retrying"),
-    )
-    .await;
-    let (updated, announced) = match written {
-        Ok((updated, announced)) => (Ok(updated), announced),
-        Err(error) => (Err(error), tokio::sync::oneshot::channel().1),
-    };
-    match updated {
-        Ok(updated) if updated < batch.len() as i64 => tracing::warn!(
-            lost = batch.len() as i64 - updated,
-            "conveyor: some outcomes were not recorded: those jobs are no longer held by this attempt"
-        ),
-        Ok(_) => {}
-        Err(error) => tracing::error!(
-            %error,
-            jobs = batch.len(),
-            "conveyor: gave up recording outcomes; the jobs will be retried when their leases expire"
-        ),
+/// What one write stored.
+struct Written {
+    /// Jobs whose outcome was written.
+    ids: HashSet<crate::JobId>,
+    /// Notifications to send now that it has committed.
+    notes: Vec<(&'static str, String)>,
+}
+
+/// The notification an outcome's commit owes its listeners.
+fn announcement(q: &db::Queries, outcome: &OutcomeRow) -> (&'static str, String) {
+    if outcome.state == JobState::Retry {
+        let payload = serde_json::json!({"queue": outcome.queue, "scheduled": true});
+        (q.job_ready_channel, payload.to_string())
+    } else {
+        (q.job_finished_channel, outcome.id.to_string())
     }
-    announced
+}
+
+fn refused(error: &Error) -> bool {
+    error.is_refusal()
 }
 
 /// One attempt at writing a batch. Plain jobs: one statement. Jobs with
@@ -124,10 +260,7 @@ async fn write(
 /// transaction, so next steps and callbacks exist exactly when the outcome does.
 /// Announcements (finished ids, retries) go out after the commit, without
 /// waiting for them: see [`crate::notify::Notifier`].
-async fn write_once(
-    client: &Client,
-    batch: &[OutcomeRow],
-) -> crate::Result<(i64, tokio::sync::oneshot::Receiver<()>)> {
+async fn write_once(client: &Client, batch: &[OutcomeRow]) -> crate::Result<Written> {
     let inner = &client.inner;
     let completed = if !batch.iter().any(|o| o.follow_up) {
         db::complete(&inner.pool, inner.queries, batch).await?
@@ -138,6 +271,8 @@ async fn write_once(
         tx.commit().await?;
         completed
     };
-    let announced = inner.notifier.send(completed.notes);
-    Ok((completed.updated, announced))
+    Ok(Written {
+        ids: completed.updated.into_iter().collect(),
+        notes: completed.notes,
+    })
 }

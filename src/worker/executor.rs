@@ -1,47 +1,42 @@
 //! Runs one claimed job: decodes nothing itself (the handler does), enforces
-//! the timeout, catches panics, and turns what happened into an outcome for
-//! the completer.
+//! the timeout, catches panics, stops the handler if the lease is lost, and
+//! turns what happened into an outcome for the completer.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::db::OutcomeRow;
 use crate::job::{Job, JobState};
 use crate::retry::{MAX_BACKOFF, fibonacci_backoff};
+use crate::supervise::AbortOnDrop;
 use crate::task::{Failure, TaskContext, TaskError};
 use crate::worker::handler::Handler;
-
-/// Aborts the handler's task if the executor is itself aborted (shutdown).
-struct AbortOnDrop(JoinHandle<Result<serde_json::Value, TaskError>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+use crate::worker::health::Health;
+use crate::worker::lease::Lease;
 
 /// Per-job settings the worker passes down.
+#[derive(Clone)]
 pub(crate) struct Limits {
     pub worker_id: Arc<str>,
     #[cfg(feature = "metrics")]
     pub metrics: Option<crate::Metrics>,
     pub default_timeout: Option<Duration>,
     pub cancel_grace: Duration,
-    pub cancel: CancellationToken,
+    pub health: Arc<Health>,
 }
 
 enum Ended {
     Joined(Result<Result<serde_json::Value, TaskError>, tokio::task::JoinError>),
     TimedOut(Duration),
-    Cancelled,
+    /// Told to stop: cancellation asked for, or the lease lost.
+    Stop,
 }
 
 pub(crate) async fn execute(
     job: Job,
+    lease: Arc<Lease>,
     handler: Arc<dyn Handler>,
     limits: Limits,
     outcomes: crate::worker::completer::Outbox,
@@ -62,7 +57,8 @@ pub(crate) async fn execute(
         max_retries: u32::try_from(job.max_retries).unwrap_or(0),
         headers: job.headers.clone(),
         worker_id: limits.worker_id.to_string(),
-        cancel: limits.cancel.clone(),
+        cancel: lease.cancel.clone(),
+        lease_lost: lease.lost.clone(),
     };
     let timeout = job.timeout.or(handler.timeout()).or(limits.default_timeout);
     let began = std::time::Instant::now();
@@ -81,7 +77,13 @@ pub(crate) async fn execute(
     let ended = tokio::select! {
         joined = &mut running.0 => Ended::Joined(joined),
         _ = sleep_until_some(deadline) => Ended::TimedOut(timeout.unwrap_or_default()),
-        _ = limits.cancel.cancelled() => Ended::Cancelled,
+        _ = lease.cancel.cancelled() => Ended::Stop,
+        _ = lease.expired() => {
+            // Not renewed in time (the database is out of reach): another
+            // worker may take the job once the lease lapses there.
+            lease.mark_lost();
+            Ended::Stop
+        }
     };
     let result = match ended {
         Ended::Joined(joined) => joined_result(joined),
@@ -92,32 +94,57 @@ pub(crate) async fn execute(
                 limit.as_secs_f64()
             )))
         }
-        Ended::Cancelled => {
+        Ended::Stop => {
             // The handler was told (ctx.cancelled()); it may still finish.
-            match tokio::time::timeout(limits.cancel_grace, &mut running.0).await {
-                Ok(Ok(Ok(value))) => Ok(value),
+            let finished = tokio::time::timeout(limits.cancel_grace, &mut running.0).await;
+            match finished {
+                Ok(Ok(Ok(value))) if !lease.is_lost() => Ok(value),
                 _ => {
                     running.0.abort();
                     let outcome = OutcomeRow {
                         id: job.id,
-                        attempt: job.attempt,
+                        lease_token: lease.token,
+                        queue: job.queue.clone(),
+                        task: job.task.clone(),
                         state: JobState::Cancelled,
                         result: None,
                         error: Some("cancelled".to_string()),
                         retry_in_secs: None,
                         follow_up: job.has_follow_up(),
                     };
-                    span.in_scope(|| tracing::info!("conveyor: job cancelled"));
-                    record(JobState::Cancelled);
-                    outcomes.send(outcome);
+                    span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes, record));
                     return;
                 }
             }
         }
     };
-    let outcome = span.in_scope(|| outcome_of(&job, result));
-    record(outcome.state);
-    outcomes.send(outcome);
+    let outcome = span.in_scope(|| outcome_of(&job, lease.token, result));
+    span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes, record));
+}
+
+/// Hands the outcome to the completer, unless the lease was lost: then it
+/// is dropped (another attempt may be running), with a warning and a count.
+fn deliver(
+    job: &Job,
+    lease: &Lease,
+    outcome: OutcomeRow,
+    limits: &Limits,
+    outcomes: &crate::worker::completer::Outbox,
+    record: impl Fn(JobState),
+) {
+    if lease.hand_over() {
+        if outcome.state == JobState::Cancelled {
+            tracing::info!("conveyor: job cancelled");
+        }
+        record(outcome.state);
+        outcomes.send(outcome);
+    } else {
+        tracing::warn!(
+            "conveyor: this worker lost the job's lease (the database no longer holds it for \
+             this attempt); its outcome is not recorded"
+        );
+        limits.health.lease_lost(&job.queue, &job.task);
+    }
 }
 
 async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
@@ -133,12 +160,7 @@ fn joined_result(
     match joined {
         Ok(result) => result,
         Err(error) if error.is_panic() => {
-            let payload = error.into_panic();
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_string());
+            let message = crate::supervise::panic_message(error.into_panic().as_ref());
             Err(TaskError::retry(format!("handler panicked: {message}")))
         }
         Err(_) => Err(TaskError::retry("handler task was aborted")),
@@ -146,10 +168,16 @@ fn joined_result(
 }
 
 /// The state an attempt leads to, under the job's retry settings.
-pub(crate) fn outcome_of(job: &Job, result: Result<serde_json::Value, TaskError>) -> OutcomeRow {
+pub(crate) fn outcome_of(
+    job: &Job,
+    lease_token: i64,
+    result: Result<serde_json::Value, TaskError>,
+) -> OutcomeRow {
     let mut outcome = OutcomeRow {
         id: job.id,
-        attempt: job.attempt,
+        lease_token,
+        queue: job.queue.clone(),
+        task: job.task.clone(),
         state: JobState::Success,
         result: None,
         error: None,

@@ -2,43 +2,85 @@
 //! third of the lease, and only while the worker runs something. A job's
 //! lease is renewed until its outcome is written, not just until its handler
 //! returns.
+//!
+//! A lease the database did not renew is lost (the job was rescued,
+//! re-queued or claimed again): its handler is told at once, through its
+//! cancellation signal, and its outcome will not be written. A lease that
+//! cannot be renewed because the database is out of reach lapses by this
+//! process's clock: the executor stops the handler at that deadline.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::db;
-use crate::worker::{RunningJobs, cancel_running};
+use crate::worker::completer::Unrecorded;
+use crate::worker::health::{Health, WorkerTask};
+use crate::worker::lease::{Lease, RunningJobs, snapshot};
 
 pub(crate) async fn run(
     client: Client,
     lease: Duration,
     running: RunningJobs,
-    unrecorded: crate::worker::completer::Unrecorded,
+    unrecorded: Unrecorded,
+    health: Arc<Health>,
 ) {
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        let jobs: Vec<_> = {
-            let running = running.lock().unwrap_or_else(|p| p.into_inner());
-            let unrecorded = unrecorded.lock().unwrap_or_else(|p| p.into_inner());
-            let mut jobs: Vec<_> = running.values().map(|job| (job.id, job.attempt)).collect();
-            jobs.extend(unrecorded.iter().copied());
-            jobs.sort_unstable();
-            jobs.dedup();
-            jobs
-        };
-        if jobs.is_empty() {
+        health.checkpoint(WorkerTask::Heartbeat);
+        let held: Vec<Arc<Lease>> = snapshot(&running)
+            .into_iter()
+            .filter(|l| !l.is_lost())
+            .collect();
+        let mut leases: Vec<db::Lease> = held.iter().map(|l| l.key()).collect();
+        leases.extend(
+            unrecorded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .copied(),
+        );
+        leases.sort_unstable();
+        leases.dedup();
+        if leases.is_empty() {
             continue;
         }
+        let sent = tokio::time::Instant::now();
         let inner = &client.inner;
-        match db::heartbeat(&inner.pool, inner.queries, &jobs, lease.as_secs_f64()).await {
-            // Cancellations whose notification this worker may have missed.
-            Ok(cancelled) => cancelled
-                .into_iter()
-                .for_each(|id| cancel_running(&running, id)),
-            Err(error) => tracing::warn!(%error, "conveyor: cannot renew leases"),
+        let renewed =
+            match db::heartbeat(&inner.pool, inner.queries, &leases, lease.as_secs_f64()).await {
+                Ok(renewed) => renewed,
+                Err(error) => {
+                    tracing::warn!(%error, "conveyor: cannot renew leases");
+                    continue;
+                }
+            };
+        let renewed: HashMap<db::Lease, bool> =
+            renewed.into_iter().map(|r| (r.lease, r.cancel)).collect();
+        for held in held {
+            match renewed.get(&held.key()) {
+                Some(cancel) => {
+                    held.renewed(sent, lease);
+                    if *cancel {
+                        // A cancellation whose notification this worker missed.
+                        held.cancel.cancel();
+                    }
+                }
+                // Handed over since the snapshot: the completer settles it.
+                None if !held.is_running() => {}
+                None => {
+                    if held.mark_lost() {
+                        tracing::warn!(
+                            job.id = %held.id,
+                            "conveyor: lost the lease of a running job (it was rescued, re-queued or claimed again); telling its handler to stop"
+                        );
+                    }
+                }
+            }
         }
     }
 }

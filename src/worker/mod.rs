@@ -4,37 +4,38 @@
 //! Inside, one task per role: the producer ([`producer`]) claims and starts
 //! jobs, an executor ([`executor`]) runs each job, the completer
 //! ([`completer`]) writes outcomes in batches, the heartbeat ([`heartbeat`])
-//! renews leases, and a listener wakes the producer on NOTIFY.
+//! renews leases ([`lease`]), and a listener wakes the producer on NOTIFY.
+//! Each background task is supervised ([`health`]); [`launch`] starts them
+//! all, on connections of the worker's own.
 
 mod completer;
 mod config;
 mod executor;
 mod handler;
+mod health;
 mod heartbeat;
+mod launch;
+mod lease;
 mod producer;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::{Notify, watch};
+use sqlx::PgPool;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
-use crate::db;
 use crate::error::{Error, Result};
 use crate::maintenance::periodic::Periodic;
 use crate::maintenance::pruner::Retention;
-use crate::notify::{ListenEvent, spawn_listener};
 use crate::task::{Task, TaskContext, TaskError};
 pub use config::ENV_VARS;
 use handler::{FnHandler, Handler, TypedHandler};
+pub use health::{WorkerHealth, WorkerTask};
 
 /// Default number of jobs a worker runs at once.
 pub const DEFAULT_CONCURRENCY: usize = 10;
@@ -46,6 +47,9 @@ pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Default longest sleep of an idle worker without any notification.
 pub const DEFAULT_SAFETY_INTERVAL: Duration = Duration::from_secs(30);
+/// Connections of a worker's own pool (claims, outcomes, leases,
+/// maintenance), unless [`WorkerBuilder::bookkeeping_pool`] gives one.
+pub const BOOKKEEPING_CONNECTIONS: u32 = 4;
 
 /// Configures and starts a worker. See [`Worker::builder`].
 pub struct WorkerBuilder {
@@ -65,6 +69,7 @@ pub struct WorkerBuilder {
     #[cfg(feature = "metrics")]
     metrics: Option<crate::Metrics>,
     worker_id: Option<String>,
+    bookkeeping_pool: Option<PgPool>,
     handlers: HashMap<String, Arc<dyn Handler>>,
 }
 
@@ -119,6 +124,7 @@ impl Worker {
             #[cfg(feature = "metrics")]
             metrics: None,
             worker_id: None,
+            bookkeeping_pool: None,
             handlers: HashMap::new(),
         }
     }
@@ -219,6 +225,17 @@ impl WorkerBuilder {
         self.worker_id = Some(id.into());
         self
     }
+    /// The pool for the worker's own statements: claims, lease renewals,
+    /// outcomes and maintenance. By default the worker opens a pool of its
+    /// own of [`BOOKKEEPING_CONNECTIONS`] connections, with the client
+    /// pool's connect options, so that handlers holding every connection of
+    /// the client's pool cannot delay a lease renewal. Give one to choose
+    /// its size and settings (at least 2 connections; it is not closed at
+    /// shutdown).
+    pub fn bookkeeping_pool(mut self, pool: PgPool) -> Self {
+        self.bookkeeping_pool = Some(pool);
+        self
+    }
     /// Overrides settings from environment variables (see [`ENV_VARS`]):
     /// `CONVEYOR_QUEUES=critical=6,default=3,low=1`, `CONVEYOR_CONCURRENCY=50`,
     /// `CONVEYOR_LEASE_SECS=30`, `CONVEYOR_RETAIN_SUCCESS_SECS=86400`…
@@ -246,230 +263,6 @@ impl WorkerBuilder {
         self.handlers
             .insert(name.into(), Arc::new(FnHandler(handler)));
         self
-    }
-
-    /// Starts the worker on the current tokio runtime.
-    pub fn start(self) -> Result<WorkerHandle> {
-        if self.handlers.is_empty() {
-            return Err(Error::Config("a worker needs at least one handler".into()));
-        }
-        if self.queues.is_empty() || self.queues.iter().any(String::is_empty) {
-            return Err(Error::Config("a worker needs non-empty queue names".into()));
-        }
-        if self.weights.as_ref().is_some_and(|w| w.contains(&0)) {
-            return Err(Error::Config("queue weights must be at least 1".into()));
-        }
-        if self.concurrency == 0 || self.max_claim == 0 {
-            return Err(Error::Config(
-                "concurrency and max_claim_batch must be at least 1".into(),
-            ));
-        }
-        if self.lease < Duration::from_millis(300) {
-            return Err(Error::Config("the lease must be at least 300 ms".into()));
-        }
-        let too_short = |d: Duration| d < Duration::from_millis(10);
-        if too_short(self.safety_interval)
-            || too_short(self.prune_interval)
-            || self.rescue_interval.is_some_and(too_short)
-        {
-            return Err(Error::Config(
-                "safety, rescue and prune intervals must be at least 10 ms".into(),
-            ));
-        }
-        let worker_id: Arc<str> = self.worker_id.unwrap_or_else(default_worker_id).into();
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
-        let wake = Arc::new(Notify::new());
-        let promote = Arc::new(AtomicBool::new(true));
-        let refresh_queues = Arc::new(AtomicBool::new(true));
-        let running = RunningJobs::default();
-        let (outbox, outcomes_rx, unrecorded) = completer::Outbox::new();
-        let client = self.client;
-
-        let listener = {
-            let queues = self.queues.clone();
-            let (wake, promote, running) = (wake.clone(), promote.clone(), running.clone());
-            let refresh = refresh_queues.clone();
-            let q = client.inner.queries;
-            let channels = vec![
-                q.job_ready_channel,
-                q.job_cancel_channel,
-                q.queue_changed_channel,
-            ];
-            spawn_listener(client.pool(), channels, move |event| match event {
-                ListenEvent::Notification { channel, payload }
-                    if channel == q.job_cancel_channel =>
-                {
-                    if let Ok(id) = payload.parse() {
-                        cancel_running(&running, id);
-                    }
-                }
-                ListenEvent::Notification { channel, .. } if channel == q.queue_changed_channel => {
-                    refresh.store(true, std::sync::atomic::Ordering::Relaxed);
-                    wake.notify_one();
-                }
-                event => {
-                    if matches!(event, ListenEvent::Gap) {
-                        refresh.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    on_job_ready(event, &queues, &wake, &promote)
-                }
-            })
-            .0
-        };
-        let heartbeat = tokio::spawn(heartbeat::run(
-            client.clone(),
-            self.lease,
-            running.clone(),
-            unrecorded.clone(),
-        ));
-        let rescuer = tokio::spawn(crate::maintenance::rescuer::run(
-            client.clone(),
-            self.rescue_interval.unwrap_or(self.lease / 2),
-        ));
-        let pruner = tokio::spawn(crate::maintenance::pruner::run(
-            client.clone(),
-            self.retention,
-            self.prune_interval,
-        ));
-        let periodic = (!self.periodic.is_empty()).then(|| {
-            tokio::spawn(crate::maintenance::periodic::run(
-                client.clone(),
-                Arc::new(self.periodic),
-            ))
-        });
-        let completer = tokio::spawn(completer::run(
-            client.clone(),
-            outcomes_rx,
-            unrecorded,
-            self.lease,
-        ));
-        let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
-        task_names.sort();
-        let producer = producer::Producer {
-            client: client.clone(),
-            worker_id: worker_id.clone(),
-            queues: self.queues,
-            handlers: Arc::new(self.handlers),
-            task_names,
-            concurrency: self.concurrency,
-            max_claim: self.max_claim,
-            lease: self.lease,
-            safety_interval: self.safety_interval,
-            default_timeout: self.default_timeout,
-            cancel_grace: self.cancel_grace,
-            #[cfg(feature = "metrics")]
-            metrics: self.metrics,
-            wake,
-            promote,
-            refresh_queues,
-            limited: Vec::new(),
-            weights: self.weights,
-            rng: seed(),
-            running,
-            outcomes: outbox,
-            shutdown: shutdown_rx,
-            grace: grace_rx,
-        };
-        let id = worker_id.clone();
-        let task = tokio::spawn(async move {
-            // Aborting this task (dropping the handle) aborts the helpers too.
-            let mut helpers = AbortOnDrop(vec![
-                heartbeat.abort_handle(),
-                rescuer.abort_handle(),
-                pruner.abort_handle(),
-                listener.abort_handle(),
-                completer.abort_handle(),
-            ]);
-            helpers.0.extend(periodic.map(|task| task.abort_handle()));
-            let unfinished = producer.run().await;
-            // Every executor is done and the producer's sender is gone: the
-            // completer ends once it has written what is left.
-            let _ = completer.await;
-            drop(helpers);
-            let mut report = ShutdownReport {
-                released: 0,
-                unreleased: Vec::new(),
-            };
-            if !unfinished.is_empty() {
-                let inner = &client.inner;
-                match db::release(&inner.pool, inner.queries, &unfinished, &id).await {
-                    Ok(released) => report.released = released as usize,
-                    Err(error) => {
-                        tracing::error!(%error, "conveyor: cannot give back unfinished jobs; their leases will expire");
-                        report.unreleased = unfinished.iter().map(|(id, _)| *id).collect();
-                    }
-                }
-            }
-            report
-        });
-        tracing::info!(worker_id = %worker_id, "conveyor: worker started");
-        Ok(WorkerHandle {
-            worker_id,
-            shutdown: shutdown_tx,
-            grace: grace_tx,
-            task: Some(task),
-        })
-    }
-}
-
-/// A job a worker is running.
-#[derive(Clone, Debug)]
-pub(crate) struct RunningJob {
-    pub id: crate::JobId,
-    pub attempt: i32,
-    /// Tells the handler to stop (cancellation asked for).
-    pub cancel: CancellationToken,
-}
-
-/// Jobs a worker is running, by executor task.
-pub(crate) type RunningJobs = Arc<Mutex<HashMap<tokio::task::Id, RunningJob>>>;
-
-/// Signals cancellation to the running job `id`, if this worker runs it.
-pub(crate) fn cancel_running(running: &RunningJobs, id: crate::JobId) {
-    let running = running.lock().unwrap_or_else(|p| p.into_inner());
-    for job in running.values().filter(|job| job.id == id) {
-        tracing::info!(job.id = %id, "conveyor: cancelling running job");
-        job.cancel.cancel();
-    }
-}
-
-struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct JobReady {
-    queue: String,
-    #[serde(default)]
-    scheduled: bool,
-}
-
-fn on_job_ready(event: ListenEvent<'_>, queues: &[String], wake: &Notify, promote: &AtomicBool) {
-    use std::sync::atomic::Ordering;
-    match event {
-        ListenEvent::Notification { payload, .. } => {
-            let Ok(ready) = serde_json::from_str::<JobReady>(payload) else {
-                tracing::debug!(payload, "conveyor: ignoring malformed job_ready payload");
-                return;
-            };
-            if queues.contains(&ready.queue) {
-                if ready.scheduled {
-                    promote.store(true, Ordering::Relaxed);
-                }
-                wake.notify_one();
-            }
-        }
-        ListenEvent::Gap => {
-            promote.store(true, Ordering::Relaxed);
-            wake.notify_one();
-        }
     }
 }
 
@@ -507,6 +300,7 @@ pub struct WorkerHandle {
     worker_id: Arc<str>,
     shutdown: watch::Sender<bool>,
     grace: watch::Sender<Duration>,
+    health: Arc<health::Health>,
     task: Option<JoinHandle<ShutdownReport>>,
 }
 
@@ -514,6 +308,19 @@ impl WorkerHandle {
     /// The worker's id (`worker_id` of the jobs it holds).
     pub fn id(&self) -> &str {
         &self.worker_id
+    }
+
+    /// How the worker's background tasks are doing: restarts after a panic,
+    /// leases lost, jobs that could not be decoded.
+    pub fn health(&self) -> WorkerHealth {
+        self.health.snapshot()
+    }
+
+    /// Test hook: makes background task `task` panic at its next round, to
+    /// check that it is restarted. Not for production use.
+    #[doc(hidden)]
+    pub fn inject_panic(&self, task: WorkerTask) {
+        self.health.inject_panic(task);
     }
 
     /// Stops claiming, lets running jobs finish for up to `grace`, then aborts

@@ -14,11 +14,12 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::db;
-use crate::job::JobId;
+use crate::job::JobState;
 use crate::notify::reconnect_backoff;
 use crate::worker::executor;
 use crate::worker::handler::Handler;
-use crate::worker::{RunningJob, RunningJobs};
+use crate::worker::health::WorkerTask;
+use crate::worker::lease::{Lease, RunningJobs};
 
 /// Most scheduled jobs promoted to pending per statement.
 const PROMOTE_BATCH: i64 = 1_000;
@@ -28,6 +29,9 @@ const PROMOTE_BATCH: i64 = 1_000;
 /// claims (and commits) in batches rather than one job at a time.
 const COALESCE: Duration = Duration::from_millis(2);
 
+/// The producer's settings and handles; cloned to start it again after a
+/// panic (the executors it started live on in `tasks`).
+#[derive(Clone)]
 pub(crate) struct Producer {
     pub client: Client,
     pub worker_id: Arc<str>,
@@ -38,10 +42,8 @@ pub(crate) struct Producer {
     pub max_claim: usize,
     pub lease: Duration,
     pub safety_interval: Duration,
-    pub default_timeout: Option<Duration>,
-    pub cancel_grace: Duration,
-    #[cfg(feature = "metrics")]
-    pub metrics: Option<crate::Metrics>,
+    /// What every executor is given.
+    pub limits: executor::Limits,
     /// Set by the listener: something may be runnable.
     pub wake: Arc<Notify>,
     /// Set by the listener: a job may have been scheduled; look for due ones.
@@ -59,14 +61,18 @@ pub(crate) struct Producer {
     pub outcomes: crate::worker::completer::Outbox,
     pub shutdown: watch::Receiver<bool>,
     pub grace: watch::Receiver<Duration>,
+    /// The executors, kept across restarts of the producer.
+    pub tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
 }
 
-/// Jobs still running when the grace period ended: (id, attempt).
-pub(crate) type Unfinished = Vec<(JobId, i32)>;
+/// Jobs still running when the grace period ended.
+pub(crate) type Unfinished = Vec<db::Lease>;
 
 impl Producer {
     pub(crate) async fn run(mut self) -> Unfinished {
-        let mut tasks: JoinSet<()> = JoinSet::new();
+        let tasks = self.tasks.clone();
+        let mut tasks = tasks.lock().await;
+        let tasks = &mut *tasks;
         let mut maybe_work = true;
         self.promote.store(true, Ordering::Relaxed);
         let mut next_due: Option<Instant> = None;
@@ -75,9 +81,10 @@ impl Producer {
         let mut claim_at: Option<Instant> = None;
 
         while !*self.shutdown.borrow() {
+            self.limits.health.checkpoint(WorkerTask::Producer);
             if error_wait.is_none() {
                 match self
-                    .fill_slots(&mut tasks, &mut maybe_work, &mut next_due, &mut claim_at)
+                    .fill_slots(tasks, &mut maybe_work, &mut next_due, &mut claim_at)
                     .await
                 {
                     Ok(()) => errors.reset(),
@@ -193,6 +200,9 @@ impl Producer {
                     worker_id: &self.worker_id,
                     limited: self.limited.contains(queue),
                 };
+                // The leases run from before the claim was sent: never
+                // later, by this process's clock, than in the database.
+                let sent = Instant::now();
                 let claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
                 if let Some(until) = claimed.rate_limited_until {
                     // Come back when the rate window reopens.
@@ -204,32 +214,23 @@ impl Producer {
                     let at = Instant::now() + wait.min(self.safety_interval);
                     *next_due = Some(next_due.map_or(at, |due| due.min(at)));
                 }
-                let jobs = claimed.jobs;
-                want -= jobs.len().min(want);
-                for job in jobs {
+                want -= (claimed.jobs.len() + claimed.undecodable.len()).min(want);
+                self.fail_undecodable(claimed.undecodable);
+                for claimed in claimed.jobs {
+                    let job = claimed.job;
+                    let lease = Lease::new(job.id, claimed.lease_token, sent + self.lease);
                     let Some(handler) = self.handlers.get(&job.task).cloned() else {
                         // Cannot happen: the claim filters on registered names.
                         continue;
                     };
-                    let running = RunningJob {
-                        id: job.id,
-                        attempt: job.attempt,
-                        cancel: tokio_util::sync::CancellationToken::new(),
-                    };
                     let abort = tasks.spawn(executor::execute(
                         job,
+                        lease.clone(),
                         handler,
-                        executor::Limits {
-                            worker_id: self.worker_id.clone(),
-                            #[cfg(feature = "metrics")]
-                            metrics: self.metrics.clone(),
-                            default_timeout: self.default_timeout,
-                            cancel_grace: self.cancel_grace,
-                            cancel: running.cancel.clone(),
-                        },
+                        self.limits.clone(),
                         self.outcomes.clone(),
                     ));
-                    self.lock_running().insert(abort.id(), running);
+                    self.lock_running().insert(abort.id(), lease);
                 }
             }
             if want > 0 || asked == 0 {
@@ -293,8 +294,33 @@ impl Producer {
         (0..weights.len()).find(|q| !skip.contains(q)).unwrap_or(0)
     }
 
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, RunningJob>> {
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, Arc<Lease>>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fails claimed jobs whose row cannot be decoded, each with its reason:
+    /// they never run (their arguments cannot be read), and no retry would
+    /// read them better.
+    fn fail_undecodable(&self, jobs: Vec<db::Undecodable>) {
+        if jobs.is_empty() {
+            return;
+        }
+        self.limits.health.undecodable(jobs.len());
+        for job in jobs {
+            tracing::error!(job.id = %job.id, error = %job.error, "conveyor: failing a job whose row cannot be decoded");
+            self.outcomes.send(db::OutcomeRow {
+                id: job.id,
+                lease_token: job.lease_token,
+                queue: job.queue,
+                task: job.task,
+                state: JobState::Failure,
+                result: None,
+                error: Some(job.error),
+                retry_in_secs: None,
+                // Its callbacks and workflow, if any, learn of the failure.
+                follow_up: true,
+            });
+        }
     }
 
     /// Forgets an executor that ended (its outcome is with the completer).
@@ -308,7 +334,7 @@ impl Producer {
 
     /// Stops claiming, waits up to the grace period for running jobs, aborts
     /// the rest and returns them.
-    async fn drain(mut self, mut tasks: JoinSet<()>) -> Unfinished {
+    async fn drain(mut self, tasks: &mut JoinSet<()>) -> Unfinished {
         let deadline = Instant::now() + *self.grace.borrow_and_update();
         while !tasks.is_empty() {
             tokio::select! {
@@ -320,7 +346,8 @@ impl Producer {
         let unfinished: Unfinished = self
             .lock_running()
             .drain()
-            .map(|(_, job)| (job.id, job.attempt))
+            .filter(|(_, lease)| !lease.is_lost())
+            .map(|(_, lease)| lease.key())
             .collect();
         unfinished
     }

@@ -10,6 +10,7 @@ mod group_commit;
 mod metrics;
 mod migrate;
 mod periodic;
+mod proxy;
 mod queues;
 mod retries;
 mod traces;

@@ -206,9 +206,9 @@ async fn jobs_whose_lease_expired_are_rescued_and_retried_or_failed() {
     // Two jobs a dead worker was running: one with retries left, one without.
     let (retry_id, dead_id) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
     sqlx::query(
-        "INSERT INTO conveyor.jobs (id, task, state, attempt, max_retries, lease_expires_at, worker_id, started_at)
-         VALUES ($1, 'echo', 'started', 1, 3, now() - interval '1 second', 'dead-worker', now() - interval '1 minute'),
-                ($2, 'echo', 'started', 2, 1, now() - interval '1 second', 'dead-worker', now() - interval '1 minute')",
+        "INSERT INTO conveyor.jobs (id, task, state, attempt, max_retries, lease_expires_at, worker_id, started_at, lease_token)
+         VALUES ($1, 'echo', 'started', 1, 3, now() - interval '1 second', 'dead-worker', now() - interval '1 minute', nextval('conveyor.lease_tokens')),
+                ($2, 'echo', 'started', 2, 1, now() - interval '1 second', 'dead-worker', now() - interval '1 minute', nextval('conveyor.lease_tokens'))",
     )
     .bind(retry_id)
     .bind(dead_id)

@@ -78,7 +78,7 @@ async fn insert(db: &TestDb, n: i64, queue: &str, task: &str, extra: &str) -> Ve
 const FAILED_NOW: &str = ", state, attempt, finished_at, last_error|, 'failure', 1, now() - i * interval '1 second', 'boom ' || i";
 const SUCCEEDED_NOW: &str =
     ", state, attempt, finished_at|, 'success', 1, now() - i * interval '1 second'";
-const STARTED: &str = ", state, attempt, lease_expires_at, worker_id, started_at|, 'started', 1, now() + interval '1 minute', 'w1', now()";
+const STARTED: &str = ", state, attempt, lease_expires_at, worker_id, started_at, lease_token|, 'started', 1, now() + interval '1 minute', 'w1', now(), nextval('conveyor.lease_tokens')";
 
 #[tokio::test]
 async fn the_overview_counts_what_the_table_holds() {

@@ -1,0 +1,187 @@
+//! What a worker's background tasks have been through: restarts after a
+//! panic, leases lost, jobs that could not be decoded. Read with
+//! [`crate::WorkerHandle::health`].
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A worker's background tasks, each supervised (restarted if it panics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum WorkerTask {
+    /// Claims jobs and starts them.
+    Producer,
+    /// Writes outcomes.
+    Completer,
+    /// Renews leases.
+    Heartbeat,
+    /// Listens for notifications (new jobs, cancellations, queue changes).
+    Listener,
+    /// Recovers jobs whose lease expired.
+    Rescuer,
+    /// Deletes finished jobs past their retention.
+    Pruner,
+    /// Enqueues periodic jobs (when this process leads).
+    Periodic,
+}
+
+impl WorkerTask {
+    /// Every task, in this order.
+    pub const ALL: [WorkerTask; 7] = [
+        WorkerTask::Producer,
+        WorkerTask::Completer,
+        WorkerTask::Heartbeat,
+        WorkerTask::Listener,
+        WorkerTask::Rescuer,
+        WorkerTask::Pruner,
+        WorkerTask::Periodic,
+    ];
+
+    /// Its name, as logs and metrics give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerTask::Producer => "producer",
+            WorkerTask::Completer => "completer",
+            WorkerTask::Heartbeat => "heartbeat",
+            WorkerTask::Listener => "listener",
+            WorkerTask::Rescuer => "rescuer",
+            WorkerTask::Pruner => "pruner",
+            WorkerTask::Periodic => "periodic",
+        }
+    }
+
+    fn index(self) -> usize {
+        WorkerTask::ALL
+            .iter()
+            .position(|t| *t == self)
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for WorkerTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A snapshot of a worker's health (see [`crate::WorkerHandle::health`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerHealth {
+    /// Whether the worker still runs (false once it has shut down).
+    pub running: bool,
+    /// Background tasks restarted after a panic, and how many times.
+    pub restarts: BTreeMap<WorkerTask, u64>,
+    /// The latest panic of a background task: which, and its message.
+    pub last_panic: Option<(WorkerTask, String)>,
+    /// Jobs whose lease this worker lost before their outcome was written
+    /// (their handler was told to stop; the outcome was not recorded).
+    pub leases_lost: u64,
+    /// Claimed jobs whose row could not be decoded (each was failed with the
+    /// reason, without running).
+    pub undecodable_jobs: u64,
+}
+
+/// The live counters behind [`WorkerHealth`], shared by the worker's tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    stopped: AtomicBool,
+    restarts: [AtomicU64; 7],
+    last_panic: Mutex<Option<(WorkerTask, String)>>,
+    leases_lost: AtomicU64,
+    undecodable: AtomicU64,
+    /// Tasks told to panic at their next checkpoint (a test hook).
+    faults: Mutex<Vec<WorkerTask>>,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::Metrics>,
+}
+
+impl Health {
+    #[cfg(feature = "metrics")]
+    pub(crate) fn new(metrics: Option<crate::Metrics>) -> Health {
+        Health {
+            metrics,
+            ..Health::default()
+        }
+    }
+
+    #[cfg(not(feature = "metrics"))]
+    pub(crate) fn new() -> Health {
+        Health::default()
+    }
+
+    pub(crate) fn snapshot(&self) -> WorkerHealth {
+        let restarts = WorkerTask::ALL
+            .into_iter()
+            .map(|task| (task, self.restarts[task.index()].load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        WorkerHealth {
+            running: !self.stopped.load(Ordering::Relaxed),
+            restarts,
+            last_panic: self
+                .last_panic
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            leases_lost: self.leases_lost.load(Ordering::Relaxed),
+            undecodable_jobs: self.undecodable.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn stopped(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// `task` panicked with `message` and is being restarted.
+    pub(crate) fn restarted(&self, task: WorkerTask, message: &str) {
+        self.restarts[task.index()].fetch_add(1, Ordering::Relaxed);
+        *self.last_panic.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((task, message.to_string()));
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            metrics.task_restarted(task.as_str());
+        }
+    }
+
+    /// A lease of a job of `queue` and `task` was lost.
+    pub(crate) fn lease_lost(&self, queue: &str, task: &str) {
+        self.leases_lost.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            metrics.lease_lost(queue, task);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (queue, task);
+    }
+
+    pub(crate) fn undecodable(&self, n: usize) {
+        self.undecodable.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Arms a panic at `task`'s next checkpoint (test hook).
+    pub(crate) fn inject_panic(&self, task: WorkerTask) {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task);
+    }
+
+    /// Panics if a panic was injected into `task` (see [`Health::inject_panic`]).
+    pub(crate) fn checkpoint(&self, task: WorkerTask) {
+        let armed = {
+            let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+            match faults.iter().position(|t| *t == task) {
+                Some(i) => {
+                    faults.remove(i);
+                    true
+                }
+                None => false,
+            }
+        };
+        if armed {
+            panic!("conveyor: panic injected into the {task} task (test hook)");
+        }
+    }
+}

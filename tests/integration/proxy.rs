@@ -1,0 +1,275 @@
+//! A small fault-injecting TCP proxy for tests: put it between a client and
+//! PostgreSQL (`Proxy::url`) to lose a reply after the server acted on a
+//! statement, partition the network for a while, or drop every connection.
+//!
+//! Each accepted connection is one task running two pumps (client→server and
+//! server→client); when either ends, both sockets are dropped (closed).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinHandle};
+
+/// Client bytes kept across reads so a needle straddling two reads is still
+/// found (needles longer than this + 1 may be missed when split).
+const TAIL: usize = 1024;
+
+/// State shared by the `Proxy` handle and its tasks.
+struct Shared {
+    /// `true` while the network is cut.
+    cut: watch::Sender<bool>,
+    /// The armed lost-acknowledgement needle, taken by the first match.
+    armed: Mutex<Option<Vec<u8>>>,
+    fired: AtomicBool,
+    accepted: AtomicUsize,
+    /// Connection tasks, to abort on `kill_all` and on drop.
+    conns: Mutex<Vec<AbortHandle>>,
+}
+
+/// Locks, ignoring poisoning (no panic in the proxy's tasks).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A TCP proxy on 127.0.0.1 forwarding to one upstream; stops when dropped.
+pub struct Proxy {
+    port: u16,
+    /// The accept loop.
+    task: JoinHandle<()>,
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    /// Listens on 127.0.0.1:<free port>, forwarding each accepted connection
+    /// to `upstream` (e.g. "127.0.0.1:5432").
+    pub async fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let shared = Arc::new(Shared {
+            cut: watch::Sender::new(false),
+            armed: Mutex::new(None),
+            fired: AtomicBool::new(false),
+            accepted: AtomicUsize::new(0),
+            conns: Mutex::new(Vec::new()),
+        });
+        let (upstream, state) = (upstream.to_string(), shared.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
+                state.accepted.fetch_add(1, Ordering::SeqCst);
+                let task = tokio::spawn(serve(client, upstream.clone(), state.clone()));
+                let mut conns = lock(&state.conns);
+                conns.retain(|c| !c.is_finished());
+                conns.push(task.abort_handle());
+            }
+        });
+        Proxy { port, task, shared }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `url` (e.g. "postgres://postgres@127.0.0.1:5432/db?x=y") with its
+    /// host:port replaced by this proxy's; user, database and query are kept.
+    pub fn url(&self, url: &str) -> String {
+        let (prefix, _, rest) = split_host_port(url);
+        format!("{prefix}127.0.0.1:{}{rest}", self.port)
+    }
+
+    /// Arms a one-shot lost acknowledgement: the next client→server chunk (on
+    /// any connection) containing `needle` is forwarded, then the server's next
+    /// bytes on that connection are dropped and both its sockets closed. The
+    /// needle may straddle two reads (up to `TAIL` + 1 bytes long). SQL text
+    /// travels in simple queries (`raw_sql`, sqlx's `COMMIT`) and in sqlx's
+    /// prepare round trip (Parse+Describe+Sync, before the statement runs;
+    /// absent once the statement is cached on that connection).
+    pub fn lose_next_reply_to(&self, needle: &[u8]) {
+        *lock(&self.shared.armed) = Some(needle.to_vec());
+    }
+
+    /// Whether an armed lost acknowledgement has fired (a reply was dropped).
+    pub fn fired(&self) -> bool {
+        self.shared.fired.load(Ordering::SeqCst)
+    }
+
+    /// Cuts the network: nothing is forwarded either way and new connections
+    /// hang (nothing is closed) until `heal`.
+    pub fn cut(&self) {
+        self.shared.cut.send_replace(true);
+    }
+
+    /// Resumes forwarding, on connections still open and on new ones.
+    pub fn heal(&self) {
+        self.shared.cut.send_replace(false);
+    }
+
+    /// Closes every connection currently open through the proxy.
+    pub fn kill_all(&self) {
+        for conn in lock(&self.shared.conns).drain(..) {
+            conn.abort();
+        }
+    }
+
+    /// Number of connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.kill_all();
+    }
+}
+
+/// Splits a URL into (scheme and user info, host:port, path and query).
+fn split_host_port(url: &str) -> (&str, &str, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| i + start);
+    let host = url[start..end].rfind('@').map_or(start, |i| start + i + 1);
+    (&url[..host], &url[host..end], &url[end..])
+}
+
+/// Waits until the network is not cut; `None` if the proxy is gone.
+async fn healed(cut: &mut watch::Receiver<bool>) -> Option<()> {
+    cut.wait_for(|cut| !*cut).await.ok().map(drop)
+}
+
+/// One proxied connection: connects upstream (once healed) and runs both pumps
+/// until either ends; returning drops, so closes, both sockets.
+async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Shared>) -> Option<()> {
+    let mut cut = shared.cut.subscribe();
+    healed(&mut cut).await?;
+    let mut server = TcpStream::connect(&upstream).await.ok()?;
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let lose = AtomicBool::new(false);
+    let (mut client_read, mut client_write) = client.split();
+    let (mut server_read, mut server_write) = server.split();
+    tokio::select! {
+        _ = pump(&mut client_read, &mut server_write, &shared, &lose, cut.clone(), true) => {}
+        _ = pump(&mut server_read, &mut client_write, &shared, &lose, cut, false) => {}
+    }
+    None
+}
+
+/// Forwards `from` to `to` until either ends (`None`). Client→server
+/// (`upstream`) it watches for the armed needle; server→client, after a match
+/// it drops the next chunk instead and ends the connection.
+async fn pump(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+    shared: &Shared,
+    lose: &AtomicBool,
+    mut cut: watch::Receiver<bool>,
+    upstream: bool,
+) -> Option<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let n = from.read(&mut buf).await.ok().filter(|&n| n > 0)?;
+        if !upstream && lose.load(Ordering::SeqCst) {
+            shared.fired.store(true, Ordering::SeqCst);
+            return None;
+        }
+        healed(&mut cut).await?;
+        let chunk = &buf[..n];
+        if upstream {
+            if take_if_armed(&shared.armed, &tail, chunk) {
+                lose.store(true, Ordering::SeqCst);
+            }
+            tail.extend_from_slice(chunk);
+            tail.drain(..tail.len().saturating_sub(TAIL));
+        }
+        to.write_all(chunk).await.ok()?;
+    }
+}
+
+/// Whether the armed needle (disarming it if so) ends in `chunk`, which
+/// follows the bytes `tail` on the same connection.
+fn take_if_armed(armed: &Mutex<Option<Vec<u8>>>, tail: &[u8], chunk: &[u8]) -> bool {
+    let mut armed = lock(armed);
+    let found = armed.as_deref().is_some_and(|needle| {
+        // Only the last needle.len() - 1 old bytes: a match must end in `chunk`.
+        let keep = tail.len().min(needle.len().saturating_sub(1));
+        let window = [&tail[tail.len() - keep..], chunk].concat();
+        needle.is_empty() || window.windows(needle.len()).any(|w| w == needle)
+    });
+    found && armed.take().is_some()
+}
+
+#[tokio::test]
+async fn proxy_loses_replies_cuts_heals_and_kills() {
+    use crate::common::{TestDb, base_url};
+    use sqlx::{Connection, PgConnection, PgExecutor};
+    use std::time::Duration;
+    use tokio::time::timeout;
+    const SHORT: Duration = Duration::from_millis(300);
+    const LONG: Duration = Duration::from_secs(10);
+    async fn connect(url: String) -> PgConnection {
+        PgConnection::connect(&url).await.expect("connect")
+    }
+    async fn one<'c>(db: impl PgExecutor<'c>, sql: &'static str) -> sqlx::Result<i64> {
+        sqlx::query_scalar(sql).fetch_one(db).await
+    }
+    async fn exec<'c>(db: impl PgExecutor<'c>, sql: &'static str) -> sqlx::Result<()> {
+        sqlx::raw_sql(sql).execute(db).await.map(drop)
+    }
+
+    let base = base_url();
+    let proxy = Proxy::start(split_host_port(&base).1).await;
+    let url = proxy.url("postgres://u:p@h:1/db?x=y");
+    assert_eq!(
+        url,
+        format!("postgres://u:p@127.0.0.1:{}/db?x=y", proxy.port())
+    );
+
+    // (1) Queries go through.
+    let mut conn = connect(proxy.url(&base)).await;
+    assert_eq!(one(&mut conn, "SELECT 1::int8").await.unwrap(), 1);
+    assert_eq!(proxy.accepted(), 1);
+
+    // (2) A lost acknowledgement: the insert commits, the client sees an error.
+    let db = TestDb::empty().await;
+    exec(&db.pool, "CREATE TABLE t (x int)").await.unwrap();
+    let mut victim = connect(proxy.url(&db.url())).await;
+    proxy.lose_next_reply_to(b"INSERT INTO t");
+    assert!(!proxy.fired());
+    let lost = timeout(LONG, exec(&mut victim, "INSERT INTO t VALUES (1)")).await;
+    let lost = lost.expect("not hung");
+    assert!(lost.is_err(), "the reply should have been lost: {lost:?}");
+    assert!(proxy.fired());
+    let count = "SELECT count(*) FROM t";
+    assert_eq!(one(&db.pool, count).await.unwrap(), 1, "committed anyway");
+    // One-shot: the next insert (on another connection) is acknowledged.
+    let mut again = connect(proxy.url(&db.url())).await;
+    exec(&mut again, "INSERT INTO t VALUES (2)").await.unwrap();
+    assert_eq!(one(&db.pool, count).await.unwrap(), 2);
+
+    // (3) A cut hangs open and new connections; healing lets new ones work.
+    proxy.cut();
+    let hung = timeout(SHORT, one(&mut conn, "SELECT 1::int8")).await;
+    assert!(hung.is_err(), "query through a cut network: {hung:?}");
+    let hung = timeout(SHORT, connect(proxy.url(&base))).await;
+    assert!(hung.is_err(), "connecting through a cut network");
+    proxy.heal();
+    let mut fresh = connect(proxy.url(&base)).await;
+    assert_eq!(one(&mut fresh, "SELECT 2::int8").await.unwrap(), 2);
+
+    // (4) kill_all closes open connections.
+    proxy.kill_all();
+    let killed = timeout(LONG, one(&mut fresh, "SELECT 3::int8")).await;
+    assert!(killed.expect("not hung").is_err(), "query after kill_all");
+    assert_eq!(proxy.accepted(), 5, "conn, victim, again, hung, fresh");
+}
