@@ -286,33 +286,71 @@ impl<O> NewJob<O> {
         })
     }
 
-    /// Fails if the arguments (or a callback's) could not be serialised.
+    /// Fails with [`Error::InvalidJob`] if the job cannot be stored as
+    /// built: the checks of `conveyor.jobs`' constraints (task and queue
+    /// names, time limits, times), made before anything is written, and the
+    /// same for callbacks (checked when they were added), so a follow-up
+    /// can never fail when its turn comes.
     pub(crate) fn check(&self) -> Result<()> {
+        let invalid = |why: String| Err(Error::InvalidJob(format!("task `{}`: {why}", self.task)));
         if let Err(e) = &self.args {
-            return Err(Error::InvalidJob(format!(
-                "task `{}`: cannot serialise args: {e}",
-                self.task
-            )));
+            return invalid(format!("cannot serialise args: {e}"));
         }
-        match &self.invalid {
-            Some(why) => Err(Error::InvalidJob(why.clone())),
-            None => Ok(()),
+        if let Some(why) = &self.invalid {
+            return Err(Error::InvalidJob(why.clone()));
         }
+        for (what, name, longest) in [("task", &self.task, 255), ("queue", &self.queue, 128)] {
+            if name.is_empty() || name.chars().count() > longest || name.contains('\0') {
+                return invalid(format!(
+                    "the {what} name must be 1 to {longest} characters, without NUL (got {name:?})"
+                ));
+            }
+        }
+        if i32::try_from(self.max_retries).is_err() {
+            return invalid(format!("max_retries {} is too large", self.max_retries));
+        }
+        let durations = [
+            ("retry_backoff_base", Some(self.retry_backoff_base)),
+            ("delay", self.delay),
+            ("timeout", self.timeout),
+        ];
+        for (what, duration) in durations {
+            if duration.is_some_and(|d| d > LONGEST) {
+                return invalid(format!("{what} is over 100 years"));
+            }
+        }
+        if self.timeout == Some(Duration::ZERO) {
+            return invalid("a timeout must be longer than zero".into());
+        }
+        if let Some(Unique::For(ttl)) = self.unique.as_ref().map(|u| u.scope)
+            && (ttl.is_zero() || ttl > LONGEST)
+        {
+            return invalid(
+                "a uniqueness TTL must be longer than zero and at most 100 years".into(),
+            );
+        }
+        if let Some(at) = self.run_at
+            && !(earliest_time()..latest_time()).contains(&at)
+        {
+            return invalid(format!("run_at {at} is not between years 1 and 9999"));
+        }
+        Ok(())
     }
 
-    fn into_row(self) -> Result<InsertRow> {
-        if let Some(why) = self.invalid {
-            return Err(Error::InvalidJob(why));
+    pub(crate) fn into_row(self) -> Result<InsertRow> {
+        if let Err(source) = self.args {
+            return Err(Error::Json {
+                task: self.task,
+                source,
+            });
         }
+        self.check()?;
         let task = self.task;
-        let args = self.args.map_err(|source| Error::Json {
-            task: task.clone(),
-            source,
-        })?;
-        let max_retries = i32::try_from(self.max_retries)
-            .map_err(|_| Error::Config(format!("max_retries {} is too large", self.max_retries)))?;
+        let args = self.args.unwrap_or_default();
+        let max_retries = i32::try_from(self.max_retries).unwrap_or(i32::MAX);
         Ok(InsertRow {
             id: self.id.unwrap_or_else(uuid::Uuid::now_v7),
+            fresh_id: self.id.is_none(),
             queue: self.queue,
             task,
             args,
@@ -430,223 +468,6 @@ impl Client {
         self.inner.queries.schema
     }
 
-    /// Enqueues one job in its own transaction; idle workers are woken by
-    /// its commit, before this returns.
-    ///
-    /// Concurrent calls on one client (and its clones) share their commit:
-    /// while another enqueue of this client is in flight, the job joins a
-    /// transaction with the other calls waiting then (group commit), which
-    /// is how many tasks enqueueing one job each get past the speed of one
-    /// insert per transaction. Each call still returns once its own job is
-    /// committed, and a call whose job PostgreSQL refuses is retried on its
-    /// own, so it never fails another call's job.
-    pub async fn enqueue<O>(&self, job: NewJob<O>) -> Result<JobHandle<O>> {
-        if job.unique.is_some() {
-            let mut conn = self.inner.pool.acquire().await?;
-            return self.enqueue_tx(&mut conn, job).await;
-        }
-        let mut handles = self.insert_autocommit(vec![job.into_row()?]).await?;
-        handles
-            .pop()
-            .ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
-    }
-
-    /// Enqueues one job on `conn`, typically the caller's transaction
-    /// (`&mut tx`): invisible to workers until it commits, gone if it rolls back.
-    pub async fn enqueue_tx<O>(
-        &self,
-        conn: &mut PgConnection,
-        job: NewJob<O>,
-    ) -> Result<JobHandle<O>> {
-        let mut handles = self.enqueue_many_tx(conn, vec![job]).await?;
-        handles
-            .pop()
-            .ok_or_else(|| Error::Database(sqlx::Error::RowNotFound))
-    }
-
-    /// Enqueues many jobs atomically, in their own transaction; handles come
-    /// back in input order. From [`COPY_MIN`] jobs that are all due now (no
-    /// ETA or delay, not unique) the rows are streamed with COPY; otherwise
-    /// one statement per [`BULK_CHUNK`] jobs.
-    pub async fn enqueue_many<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
-        use sqlx::Connection;
-        if jobs.iter().any(|job| job.unique.is_some()) {
-            let mut conn = self.inner.pool.acquire().await?;
-            let mut tx = conn.begin().await?;
-            let handles = self.enqueue_many_tx(&mut tx, jobs).await?;
-            tx.commit().await?;
-            return Ok(handles);
-        }
-        let rows = jobs
-            .into_iter()
-            .map(NewJob::into_row)
-            .collect::<Result<Vec<_>>>()?;
-        let due_now = |row: &InsertRow| row.run_at.is_none() && row.delay_secs.is_none();
-        if rows.len() >= COPY_MIN
-            && rows.iter().all(due_now)
-            && let Some(handles) = self.copy_rows(&rows).await?
-        {
-            return Ok(handles);
-        }
-        if rows.len() <= BULK_CHUNK {
-            // One statement: its own transaction.
-            return self.insert_autocommit(rows).await;
-        }
-        let mut conn = self.inner.pool.acquire().await?;
-        let mut tx = conn.begin().await?;
-        let found = db::insert_all(&mut tx, self.inner.queries, &rows).await?;
-        let handles = self.handles(found);
-        tx.commit().await?;
-        Ok(handles)
-    }
-
-    /// Enqueues many jobs on `conn` (e.g. the caller's transaction).
-    pub async fn enqueue_many_tx<O>(
-        &self,
-        conn: &mut PgConnection,
-        jobs: Vec<NewJob<O>>,
-    ) -> Result<Vec<JobHandle<O>>> {
-        if !jobs.iter().any(|job| job.unique.is_some()) {
-            return self.insert_plain(conn, jobs).await;
-        }
-        // Unique jobs go one at a time (each may return an existing job).
-        let mut handles = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            match job.unique.clone() {
-                Some(unique) => handles.push(self.insert_unique(conn, job, unique).await?),
-                None => handles.extend(self.insert_plain(conn, vec![job]).await?),
-            }
-        }
-        Ok(handles)
-    }
-
-    /// Bulk path of [`Client::enqueue_many`]: COPY in one transaction, then
-    /// one job_ready notification per queue. `None` if some id already
-    /// existed (nothing was written; the caller inserts instead, which
-    /// returns the existing job).
-    async fn copy_rows<O>(&self, rows: &[InsertRow]) -> Result<Option<Vec<JobHandle<O>>>> {
-        use sqlx::Connection;
-        let q = self.inner.queries;
-        let mut conn = self.inner.pool.acquire().await?;
-        let mut tx = conn.begin().await?;
-        db::defer_notify(&mut tx, q).await?;
-        match db::copy_jobs(&mut tx, q, rows).await {
-            Ok(_) => {}
-            Err(Error::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
-                tx.rollback().await?;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        }
-        tx.commit().await?;
-        drop(conn);
-        let queues: std::collections::BTreeSet<(&str, bool)> =
-            rows.iter().map(|row| (row.queue.as_str(), false)).collect();
-        let _ = self.inner.notifier.send(self.job_ready_notes(queues)).await;
-        Ok(Some(
-            rows.iter()
-                .map(|row| JobHandle::new(self.clone(), row.id, true))
-                .collect(),
-        ))
-    }
-
-    /// Inserts at most [`BULK_CHUNK`] plain jobs in a transaction of their
-    /// own. Alone, it runs at once, in one autocommit statement. With other
-    /// inserts of this client in flight, it joins them in a shared
-    /// transaction (see `group_commit.rs`). Either way the insert trigger
-    /// wakes idle workers at commit, before this returns.
-    async fn insert_autocommit<O>(&self, rows: Vec<InsertRow>) -> Result<Vec<JobHandle<O>>> {
-        use std::sync::atomic::Ordering;
-        struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
-        impl Drop for InFlight<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        let concurrent = self.inner.inserting.fetch_add(1, Ordering::Relaxed) > 0;
-        let _in_flight = InFlight(&self.inner.inserting);
-        let found = if concurrent {
-            self.inner.group_commit.insert(rows).await?
-        } else {
-            let mut conn = self.inner.pool.acquire().await?;
-            db::insert_all(&mut conn, self.inner.queries, &rows).await?
-        };
-        Ok(self.handles(found))
-    }
-
-    async fn insert_plain<O>(
-        &self,
-        conn: &mut PgConnection,
-        jobs: Vec<NewJob<O>>,
-    ) -> Result<Vec<JobHandle<O>>> {
-        let rows = jobs
-            .into_iter()
-            .map(NewJob::into_row)
-            .collect::<Result<Vec<_>>>()?;
-        let found = db::insert_all(conn, self.inner.queries, &rows).await?;
-        Ok(self.handles(found))
-    }
-
-    /// Handles for inserted (or found) jobs, in order.
-    fn handles<O>(&self, found: Vec<db::Inserted>) -> Vec<JobHandle<O>> {
-        found
-            .into_iter()
-            .map(|found| JobHandle::new(self.clone(), found.id, found.inserted))
-            .collect()
-    }
-
-    /// job_ready notifications for (queue, scheduled) pairs.
-    fn job_ready_notes<'a>(
-        &self,
-        queues: impl IntoIterator<Item = (&'a str, bool)>,
-    ) -> Vec<(&'static str, String)> {
-        let channel = self.inner.queries.job_ready_channel;
-        queues
-            .into_iter()
-            .map(|(queue, scheduled)| {
-                let payload = serde_json::json!({"queue": queue, "scheduled": scheduled});
-                (channel, payload.to_string())
-            })
-            .collect()
-    }
-
-    /// Enqueues a [`crate::Chain`], [`crate::Group`] or [`crate::Chord`]
-    /// atomically: its first jobs and its `conveyor.workflows` rows commit
-    /// together, in their own transaction.
-    pub async fn enqueue_workflow<W: crate::Workflow>(&self, workflow: W) -> Result<W::Handle> {
-        use sqlx::Connection;
-        let mut conn = self.inner.pool.acquire().await?;
-        let mut tx = conn.begin().await?;
-        let handle = self.enqueue_workflow_tx(&mut tx, workflow).await?;
-        tx.commit().await?;
-        Ok(handle)
-    }
-
-    /// Enqueues a workflow on `conn`, typically the caller's transaction: on
-    /// rollback it leaves no rows at all. Fails with [`Error::InvalidJob`],
-    /// enqueueing nothing, if a job of the workflow was given an id that is
-    /// taken or that another of its jobs has.
-    pub async fn enqueue_workflow_tx<W: crate::Workflow>(
-        &self,
-        conn: &mut PgConnection,
-        workflow: W,
-    ) -> Result<W::Handle> {
-        let (spec, handle) = workflow.build(self)?;
-        // Every job id of the workflow must be new: a member that is skipped
-        // because its id exists would leave the workflow running forever.
-        let ids = crate::workflow::job_ids(&spec)?;
-        if let Some(id) = db::existing_ids(&mut *conn, self.inner.queries, &ids)
-            .await?
-            .first()
-        {
-            return Err(Error::InvalidJob(format!(
-                "job id {id} is taken: a workflow's jobs need new ids"
-            )));
-        }
-        db::spawn(conn, self.inner.queries, &spec).await?;
-        Ok(handle)
-    }
-
     /// Cancels a job and returns its state afterwards. A job that has not
     /// started becomes `cancelled` at once and never runs. A running job is
     /// marked and its worker is told (NOTIFY, or its next heartbeat): the
@@ -674,24 +495,6 @@ impl Client {
     pub async fn requeue(&self, ids: &[JobId]) -> Result<u64> {
         let n = db::requeue(&self.inner.pool, self.inner.queries, ids).await?;
         Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    async fn insert_unique<O>(
-        &self,
-        conn: &mut PgConnection,
-        job: NewJob<O>,
-        unique: UniqueSpec,
-    ) -> Result<JobHandle<O>> {
-        job.check()?;
-        let id = job.id.unwrap_or_else(uuid::Uuid::now_v7);
-        let spec = job.spec_with_id(id, None, None);
-        let ttl = match unique.scope {
-            Unique::For(ttl) => Some(ttl.as_secs_f64()),
-            Unique::UntilFinished => None,
-        };
-        let found =
-            db::enqueue_unique(conn, self.inner.queries, &spec, unique.key.as_deref(), ttl).await?;
-        Ok(JobHandle::new(self.clone(), found.id, found.inserted))
     }
 
     /// Deletes finished jobs older than `retention` allows, now (workers do
@@ -756,6 +559,17 @@ impl Client {
     pub async fn job(&self, id: JobId) -> Result<Option<Job>> {
         db::fetch_job(&self.inner.pool, self.inner.queries, id).await
     }
+}
+
+/// The longest delay, timeout, backoff unit or uniqueness TTL a job takes.
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The range of times `conveyor.jobs` holds (`jobs_timestamps_check`).
+fn earliest_time() -> DateTime<Utc> {
+    DateTime::from_timestamp(-62_135_596_800, 0).unwrap_or_default() // 0001-01-01
+}
+fn latest_time() -> DateTime<Utc> {
+    DateTime::from_timestamp(253_402_300_800, 0).unwrap_or_default() // 10000-01-01
 }
 
 /// Jobs per insert statement in bulk enqueue.

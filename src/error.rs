@@ -52,6 +52,17 @@ pub enum Error {
     },
     /// The job ended in the `cancelled` state.
     JobCancelled(JobId),
+    /// An enqueue's statements went out but its commit could not be
+    /// confirmed: the connection failed and the database stayed out of reach
+    /// while the call kept trying (see [`crate::CONFIRM_FOR`]). Its jobs may
+    /// or may not exist; look them up by id, or enqueue them again with the
+    /// same ids ([`crate::NewJob::id`]), which cannot double them.
+    Unconfirmed {
+        /// The jobs of the call, every one fixed before the first try.
+        ids: Vec<JobId>,
+        /// The last failure.
+        source: Box<Error>,
+    },
 }
 
 /// `Result` with [`Error`] as the default error type.
@@ -77,6 +88,11 @@ impl std::fmt::Display for Error {
             ),
             Error::JobFailed { id, error } => write!(f, "job {id} failed: {error}"),
             Error::JobCancelled(id) => write!(f, "job {id} was cancelled"),
+            Error::Unconfirmed { ids, source } => write!(
+                f,
+                "enqueue of {} job(s) unconfirmed: the database could not be reached to tell whether it committed ({source}); enqueueing again with the same ids is safe",
+                ids.len()
+            ),
         }
     }
 }
@@ -86,6 +102,7 @@ impl std::error::Error for Error {
         match self {
             Error::Database(e) => Some(e),
             Error::Json { source, .. } => Some(source),
+            Error::Unconfirmed { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }

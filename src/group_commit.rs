@@ -17,10 +17,10 @@
 
 use std::sync::OnceLock;
 
-use sqlx::{Connection, PgPool};
+use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::db::{self, InsertRow, Inserted, Queries};
+use crate::db::{InsertRow, Inserted, Queries};
 use crate::error::{Error, Result};
 
 /// One enqueue call's rows and where its answer goes.
@@ -152,29 +152,20 @@ async fn commit_together(pool: &PgPool, queries: &'static Queries, batch: Vec<Ca
     }
 }
 
-/// Whether PostgreSQL answered `error` (so it rolled the transaction back and
-/// the connection still works), rather than the connection or pool failing.
+/// Whether PostgreSQL refused a row of the batch (so it rolled the
+/// transaction back and the connection still works), rather than the
+/// connection or pool failing.
 fn refused(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Database(sqlx::Error::Database(_)) | Error::NotFound(_)
-    )
+    error.is_refusal() || matches!(error, Error::NotFound(_))
 }
 
-/// Inserts `rows` in a transaction of their own: one autocommit statement
-/// when they fit in one, else an explicit transaction. The insert trigger
-/// wakes idle workers at commit.
+/// Inserts `rows` in a transaction of their own, confirming the commit if
+/// the connection fails (see `crate::confirm`). The insert trigger wakes
+/// idle workers at commit.
 async fn insert_alone(
     pool: &PgPool,
     queries: &'static Queries,
     rows: &[InsertRow],
 ) -> Result<Vec<Inserted>> {
-    let mut conn = pool.acquire().await?;
-    if rows.len() <= crate::BULK_CHUNK {
-        return db::insert_all(&mut conn, queries, rows).await;
-    }
-    let mut tx = conn.begin().await?;
-    let found = db::insert_all(&mut tx, queries, rows).await?;
-    tx.commit().await?;
-    Ok(found)
+    crate::confirm::insert(pool, queries, rows, false).await
 }

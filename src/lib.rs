@@ -41,9 +41,11 @@
 #![warn(missing_docs)]
 
 mod client;
+mod confirm;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 mod db;
+mod enqueue;
 mod error;
 mod group_commit;
 mod handle;
@@ -66,6 +68,7 @@ pub use client::{
     BULK_CHUNK, COPY_MIN, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
     DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique,
 };
+pub use confirm::CONFIRM_FOR;
 pub use error::{Error, Result};
 pub use handle::JobHandle;
 pub use inspect::{JobFilter, QueueStats};

@@ -178,6 +178,8 @@ impl Queries {
 #[derive(Debug, Clone)]
 pub(crate) struct InsertRow {
     pub id: JobId,
+    /// The id was generated for this insert (not given by the caller).
+    pub fresh_id: bool,
     pub queue: String,
     pub task: String,
     pub args: Value,

@@ -7,6 +7,7 @@ mod dashboard;
 mod enqueue;
 mod faults;
 mod group_commit;
+mod guarantees;
 mod metrics;
 mod migrate;
 mod periodic;

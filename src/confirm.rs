@@ -1,0 +1,114 @@
+//! Enqueues that know whether they committed.
+//!
+//! When the connection fails after an enqueue's statements went out, the
+//! commit may or may not have happened: PostgreSQL may have committed and
+//! the acknowledgement been lost. Every enqueue that owns its transaction
+//! fixes its job ids before the first try, so it can simply try again: an
+//! insert skips ids that exist, so a retry after a commit that did happen
+//! finds the jobs instead of doubling them. A call therefore returns `Ok`
+//! exactly when its jobs exist, and an error when they do not, or
+//! [`Error::Unconfirmed`] when the database stayed out of reach for
+//! [`CONFIRM_FOR`] and nobody can know.
+
+use std::future::Future;
+use std::time::Duration;
+
+use backoff::backoff::Backoff;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::Postgres;
+use sqlx::{Connection, PgPool};
+
+use crate::db::{self, InsertRow, Inserted, Queries};
+use crate::error::{Error, Result};
+use crate::job::JobId;
+
+/// How long an enqueue keeps trying to reach the database after its
+/// connection failed, before it gives up.
+pub const CONFIRM_FOR: Duration = Duration::from_secs(30);
+
+/// What [`until_answered`] got.
+pub(crate) struct Answer<T> {
+    pub value: T,
+    /// An earlier try may have committed: `value` comes from a later one.
+    pub resent: bool,
+}
+
+/// Runs `unit` on a connection from `pool` until the database answers it.
+/// `unit` gets the connection and whether an earlier try may have committed
+/// (so it may find its own writes). A connection that fails is replaced and
+/// `unit` runs again, with backoff, for up to [`CONFIRM_FOR`]; a refusal by
+/// PostgreSQL (the transaction rolled back) is returned at once. `ids` are
+/// the jobs at stake, for [`Error::Unconfirmed`].
+pub(crate) async fn until_answered<T, F, Fut>(
+    pool: &PgPool,
+    ids: impl Fn() -> Vec<JobId>,
+    mut unit: F,
+) -> Result<Answer<T>>
+where
+    F: FnMut(PoolConnection<Postgres>, bool) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + CONFIRM_FOR;
+    let mut backoff = crate::notify::reconnect_backoff();
+    let mut sent = false;
+    loop {
+        let error = match pool.acquire().await {
+            Ok(conn) => match unit(conn, sent).await {
+                Ok(value) => {
+                    return Ok(Answer {
+                        value,
+                        resent: sent,
+                    });
+                }
+                Err(error) if error.is_transient() => {
+                    sent = true;
+                    error
+                }
+                Err(error) => return Err(error),
+            },
+            // Nothing was sent on a connection we could not get.
+            Err(error) => Error::from(error),
+        };
+        let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
+        if tokio::time::Instant::now() + wait > deadline {
+            return Err(if sent {
+                Error::Unconfirmed {
+                    ids: ids(),
+                    source: Box::new(error),
+                }
+            } else {
+                error
+            });
+        }
+        tracing::warn!(%error, ?wait, "conveyor: enqueue interrupted; trying again with the same job ids");
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Inserts plain jobs in a transaction of their own (one autocommit
+/// statement when they fit in one), confirming the commit. `resent`: an
+/// earlier try (a COPY, say) may have committed them already.
+pub(crate) async fn insert(
+    pool: &PgPool,
+    queries: &'static Queries,
+    rows: &[InsertRow],
+    resent: bool,
+) -> Result<Vec<Inserted>> {
+    let ids = || rows.iter().map(|row| row.id).collect();
+    let answer = until_answered(pool, ids, |mut conn, _| async move {
+        if rows.len() <= crate::BULK_CHUNK {
+            return db::insert_all(&mut conn, queries, rows).await;
+        }
+        let mut tx = conn.begin().await?;
+        let found = db::insert_all(&mut tx, queries, rows).await?;
+        tx.commit().await?;
+        Ok(found)
+    })
+    .await?;
+    let keys = rows.iter().map(|row| (row.id, row.fresh_id));
+    Ok(crate::enqueue::ours(
+        keys,
+        answer.value,
+        resent || answer.resent,
+    ))
+}

@@ -1,0 +1,567 @@
+//! The README's "Guarantees" against what broke them (issue 14): stale
+//! workers, lost leases, rows a worker cannot represent, bad follow-ups,
+//! starved pools, panicking background tasks, lost acknowledgements. One
+//! test per defect, named after it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor::{Client, JobState, NewJob, Task, Worker, WorkerTask};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::Semaphore;
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually, wait_for_listen};
+use crate::proxy::Proxy;
+
+/// A pool on `url` that connects lazily (so it can be made while cut off).
+fn pool_on(url: &str, max: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy(url)
+        .expect("pool URL")
+}
+
+/// Waits for a permit of `sem` (a handler saying it started).
+async fn started(sem: &Semaphore) {
+    tokio::time::timeout(WAIT, sem.acquire())
+        .await
+        .expect("handler started in time")
+        .expect("semaphore open")
+        .forget();
+}
+
+/// Defect 1: worker A is cut off past its lease, the rescuer fails the job,
+/// an operator re-queues it and worker B runs it as attempt 1 again. A's
+/// late result must not be stored, and B's must.
+#[tokio::test]
+async fn a_stale_worker_cannot_overwrite_a_requeued_run() {
+    let db = TestDb::new().await;
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let client_a = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let (a_started, a_go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (s, g) = (a_started.clone(), a_go.clone());
+    let worker_a = Worker::builder(&client_a)
+        .lease(Duration::from_millis(600))
+        // A long grace: A's handler is still there to return when we let it.
+        .cancel_grace(Duration::from_secs(30))
+        .register_fn("work", move |_, _| {
+            let (started, go) = (s.clone(), g.clone());
+            async move {
+                started.add_permits(1);
+                let _permit = go.acquire().await;
+                Ok(json!("A"))
+            }
+        })
+        .start()
+        .unwrap();
+    let job = db
+        .client
+        .enqueue(NewJob::new("work", json!({})).max_retries(0))
+        .await
+        .unwrap();
+    started(&a_started).await;
+    proxy.cut();
+
+    // B (not cut off) rescues the job when A's lease expires: no retry left.
+    let (b_started, b_go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (s, g) = (b_started.clone(), b_go.clone());
+    let worker_b = Worker::builder(&db.client)
+        .rescue_interval(Duration::from_millis(50))
+        .register_fn("work", move |_, _| {
+            let (started, go) = (s.clone(), g.clone());
+            async move {
+                started.add_permits(1);
+                let _permit = go.acquire().await;
+                Ok(json!("B"))
+            }
+        })
+        .start()
+        .unwrap();
+    let failed = job.wait_job(WAIT).await.unwrap();
+    assert_eq!(failed.state, JobState::Failure);
+    assert_eq!(failed.last_error.as_deref(), Some("lease expired"));
+    // The operator re-queues it; B runs it, as attempt 1 again.
+    assert_eq!(db.client.requeue(&[job.id()]).await.unwrap(), 1);
+    started(&b_started).await;
+    let running = job.job().await.unwrap();
+    assert_eq!((running.state, running.attempt), (JobState::Started, 1));
+    assert_eq!(running.worker_id.as_deref(), Some(worker_b.id()));
+
+    // A comes back and its handler returns: nothing of it may be stored.
+    proxy.heal();
+    a_go.add_permits(1);
+    eventually(WAIT, "A to count its lost lease", || async {
+        (worker_a.health().leases_lost == 1).then_some(())
+    })
+    .await;
+    let now = job.job().await.unwrap();
+    assert_eq!((now.state, now.result), (JobState::Started, None));
+    assert_eq!(now.lease_token, running.lease_token, "B still holds it");
+    b_go.add_permits(1);
+    assert_eq!(job.wait(WAIT).await.unwrap(), json!("B"));
+    assert_eq!(job.job().await.unwrap().attempt, 1);
+    worker_a.shutdown(WAIT).await.unwrap();
+    worker_b.shutdown(WAIT).await.unwrap();
+}
+
+/// Defect 2: when a lease renewal matches no row (the job was taken away),
+/// the handler is told at once and its outcome is not written.
+#[tokio::test]
+async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
+    let db = TestDb::new().await;
+    let started_sem = Arc::new(Semaphore::new(0));
+    let saw: Arc<Mutex<Option<bool>>> = Arc::default();
+    let (s, w) = (started_sem.clone(), saw.clone());
+    let worker = Worker::builder(&db.client)
+        .lease(Duration::from_millis(900))
+        .concurrency(1)
+        .register_fn("long", move |ctx, _| {
+            let (started, saw) = (s.clone(), w.clone());
+            async move {
+                started.add_permits(1);
+                ctx.cancelled().await;
+                *saw.lock().unwrap() = Some(ctx.lease_lost());
+                Ok(json!("too late"))
+            }
+        })
+        .start()
+        .unwrap();
+    let job = db
+        .client
+        .enqueue(NewJob::new("long", json!({})))
+        .await
+        .unwrap();
+    started(&started_sem).await;
+    // (Paused, so that the job is not simply claimed again here.)
+    db.client.pause_queue("default").await.unwrap();
+    // What a rescuer elsewhere would do once the lease looked expired there.
+    sqlx::query(
+        "UPDATE conveyor.jobs SET state = 'pending', lease_expires_at = NULL,
+                lease_token = NULL, worker_id = NULL WHERE id = $1",
+    )
+    .bind(job.id())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // The next renewal (a third of the lease) finds it gone.
+    eventually(
+        Duration::from_secs(3),
+        "the handler told of its lost lease",
+        || async { *saw.lock().unwrap() },
+    )
+    .await;
+    assert_eq!(*saw.lock().unwrap(), Some(true), "lease_lost() says why");
+    eventually(WAIT, "the loss counted", || async {
+        (worker.health().leases_lost == 1).then_some(())
+    })
+    .await;
+    let row = job.job().await.unwrap();
+    assert_eq!((row.state, row.result), (JobState::Pending, None));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Defect 3: `run_at = 'infinity'` (and any time a reader cannot represent)
+/// is refused however it is written, so no such row can stop a worker.
+#[tokio::test]
+async fn times_a_reader_cannot_represent_are_refused_and_workers_keep_serving() {
+    let db = TestDb::new().await;
+    for sql in [
+        "INSERT INTO conveyor.jobs (task, run_at) VALUES ('add', 'infinity')",
+        "INSERT INTO conveyor.jobs (task, run_at, state) VALUES ('add', '-infinity', 'pending')",
+        "INSERT INTO conveyor.jobs (task, run_at, state) VALUES ('add', '294276-01-01', 'scheduled')",
+        "INSERT INTO conveyor.jobs (task, created_at) VALUES ('add', 'infinity')",
+        "SELECT conveyor.enqueue('add', run_at => 'infinity')",
+        "UPDATE conveyor.jobs SET created_at = 'infinity'",
+        "SELECT conveyor.set_queue_rate_limit('q', 1, interval '200000 years')",
+    ] {
+        // (The UPDATE needs a row to refuse.)
+        db.client
+            .enqueue(NewJob::new("add", json!({"a": 1, "b": 1})).queue("elsewhere"))
+            .await
+            .unwrap();
+        let err = sqlx::query(sql).execute(&db.pool).await.unwrap_err();
+        let msg = err.into_database_error().unwrap().message().to_string();
+        assert!(msg.contains("_timestamps_check"), "{sql}: {msg}");
+    }
+    // From Rust, the same is refused before anything is sent.
+    let year_10000 = chrono::DateTime::from_timestamp(253_402_300_800, 0).unwrap();
+    let err = db
+        .client
+        .enqueue(NewJob::new("add", json!({})).run_at(year_10000))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, conveyor::Error::InvalidJob(_)), "{err}");
+
+    // Year 9999 is the latest accepted; such a job waits, the worker serves.
+    let late = db
+        .client
+        .enqueue(
+            NewJob::new("add", json!({"a": 0, "b": 0}))
+                .run_at("9999-12-31T23:59:59Z".parse().unwrap()),
+        )
+        .await
+        .unwrap();
+    let worker = Worker::builder(&db.client)
+        .register(crate::enqueue::Add)
+        .start()
+        .unwrap();
+    let ok = db
+        .client
+        .enqueue(crate::enqueue::Add::job(crate::enqueue::AddArgs {
+            a: 1,
+            b: 2,
+        }))
+        .await
+        .unwrap();
+    assert_eq!(ok.wait(WAIT).await.unwrap(), 3);
+    let listed = db
+        .client
+        .list_jobs(&conveyor::JobFilter {
+            state: Some(JobState::Scheduled),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.iter().map(|j| j.id).collect::<Vec<_>>(), [late.id()]);
+    assert!(worker.health().restarts.is_empty());
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Nested `depth` levels deep: `[[[…]]]`.
+fn nested(depth: usize) -> String {
+    format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// Defect 4: a claimed row that cannot be decoded (args nested deeper than
+/// serde_json's limit) fails alone, at once, with the reason; the jobs
+/// claimed with it run, on a plain queue and on one with a concurrency limit.
+#[tokio::test]
+async fn a_row_that_cannot_be_decoded_fails_alone_and_its_claim_batch_runs() {
+    let db = TestDb::new().await;
+    db.client.set_queue_limit("limited", Some(5)).await.unwrap();
+    let runs: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
+    let r = runs.clone();
+    let mut poison = Vec::new();
+    let mut normal = Vec::new();
+    for queue in ["default", "limited"] {
+        let sql = format!(
+            "INSERT INTO conveyor.jobs (task, queue, args) VALUES ('count', '{queue}', '{}') RETURNING id",
+            nested(200)
+        );
+        let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        poison.push(db.client.handle::<Value>(id));
+        for n in 0..4 {
+            let job = NewJob::new("count", json!({ "n": normal.len() as i64 })).queue(queue);
+            normal.push(db.client.enqueue(job).await.unwrap());
+            let _ = n;
+        }
+    }
+    let worker = Worker::builder(&db.client)
+        .queues(["default", "limited"])
+        .concurrency(10)
+        .register_fn("count", move |_, args| {
+            let runs = r.clone();
+            async move {
+                let n = args["n"].as_i64().unwrap_or(-1);
+                *runs.lock().unwrap().entry(n).or_default() += 1;
+                Ok(json!(n))
+            }
+        })
+        .start()
+        .unwrap();
+    for (n, handle) in normal.iter().enumerate() {
+        assert_eq!(handle.wait(WAIT).await.unwrap(), json!(n));
+    }
+    for handle in &poison {
+        // The row still cannot be decoded whole: read what matters by SQL.
+        let (attempt, error): (i32, String) = eventually(WAIT, "the poison row failed", || async {
+            sqlx::query_as(
+                "SELECT attempt, last_error FROM conveyor.jobs WHERE id = $1 AND state = 'failure'",
+            )
+            .bind(handle.id())
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap()
+        })
+        .await;
+        assert_eq!(attempt, 1);
+        assert!(error.contains("recursion limit"), "{error}");
+        let read = handle.job().await.unwrap_err();
+        assert!(read.to_string().contains("recursion limit"), "{read}");
+    }
+    assert!(
+        runs.lock().unwrap().values().all(|n| *n == 1),
+        "each ran once"
+    );
+    assert_eq!(runs.lock().unwrap().len(), normal.len());
+    assert_eq!(worker.health().undecodable_jobs, 2);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Defect 5: callbacks are checked like jobs when enqueued, and a
+/// hand-written follow-up that cannot be enqueued fails only its own job;
+/// the others' outcomes and follow-ups in the same batch are stored.
+#[tokio::test]
+async fn a_bad_follow_up_fails_only_its_own_job() {
+    let db = TestDb::new().await;
+    for bad in [
+        NewJob::new("", json!({})),
+        NewJob::new("x", json!({})).queue("q".repeat(129)),
+        NewJob::new("x", json!({})).timeout(Duration::ZERO),
+        NewJob::new("x", json!({})).delay(Duration::from_secs(200 * 365 * 24 * 3600)),
+    ] {
+        let err = db
+            .client
+            .enqueue(NewJob::new("parent", json!({})).on_success_job(bad))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, conveyor::Error::InvalidJob(_)), "{err}");
+    }
+    assert_eq!(count_jobs(&db.pool, "true").await, 0);
+
+    // One job with a follow-up spec written by hand that cannot be enqueued,
+    // among twenty with good callbacks.
+    let bad: uuid::Uuid = sqlx::query_scalar(
+        r#"INSERT INTO conveyor.jobs (task, on_success)
+           VALUES ('step', '[{"kind": "job", "id": "00000000-0000-0000-0000-000000000001", "task": ""}]')
+           RETURNING id"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mut good = Vec::new();
+    for i in 0..20 {
+        let job = NewJob::new("step", json!(i)).on_success_job(NewJob::new("after", json!(i)));
+        good.push(db.client.enqueue(job).await.unwrap());
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let worker = Worker::builder(&db.client)
+        .concurrency(50)
+        .register_fn("step", move |_, args| {
+            let runs = r.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(args)
+            }
+        })
+        .register_fn("after", |_, args| async move { Ok(args) })
+        .start()
+        .unwrap();
+    let job = db.client.handle::<Value>(bad).wait_job(WAIT).await.unwrap();
+    assert_eq!(job.state, JobState::Failure);
+    let error = job.last_error.unwrap();
+    assert!(
+        error.starts_with("follow-up work could not be enqueued"),
+        "{error}"
+    );
+    for handle in &good {
+        handle.wait(WAIT).await.unwrap();
+    }
+    eventually(WAIT, "all 20 callbacks ran", || async {
+        (count_jobs(&db.pool, "task = 'after' AND state = 'success'").await == 20).then_some(())
+    })
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 21, "nothing ran twice");
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Defect 6: handlers that hold every connection of the client's pool do
+/// not delay lease renewals: with a second worker ready to rescue, each
+/// long job still runs once.
+#[tokio::test]
+async fn handlers_holding_every_connection_do_not_starve_lease_renewals() {
+    let db = TestDb::new().await;
+    let small = pool_on(&db.url(), 2);
+    let client = Client::new(small.clone());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r, pool) = (runs.clone(), small.clone());
+    let hog = Worker::builder(&client)
+        .lease(Duration::from_millis(600))
+        .concurrency(3)
+        .register_fn("hog", move |_, _| {
+            let (runs, pool) = (r.clone(), pool.clone());
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                // Holds a connection of the client's pool for 3 leases.
+                let _conn = pool.acquire().await?;
+                tokio::time::sleep(Duration::from_millis(1_800)).await;
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(
+            db.client
+                .enqueue(NewJob::new("hog", json!({})))
+                .await
+                .unwrap(),
+        );
+    }
+    eventually(WAIT, "the hog to hold all three", || async {
+        (count_jobs(&db.pool, "state = 'started'").await == 3).then_some(())
+    })
+    .await;
+    // A second worker that would take any job whose lease lapsed.
+    let r = runs.clone();
+    let thief = Worker::builder(&db.client)
+        .rescue_interval(Duration::from_millis(50))
+        .register_fn("hog", move |_, _| {
+            let runs = r.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    for job in &jobs {
+        let job = job.wait_job(WAIT).await.unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Success, 1));
+        assert!(job.errors.is_empty(), "{:?}", job.errors);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "each job ran once");
+    hog.shutdown(WAIT).await.unwrap();
+    thief.shutdown(WAIT).await.unwrap();
+}
+
+/// Defect 7: a background task that panics is restarted at once, with a
+/// count in the worker's health, and the worker keeps serving.
+#[tokio::test]
+async fn panicking_background_tasks_are_restarted_and_reported() {
+    let db = TestDb::new().await;
+    let worker = Worker::builder(&db.client)
+        .lease(Duration::from_millis(900))
+        .rescue_interval(Duration::from_millis(50))
+        .prune_interval(Duration::from_millis(50))
+        // Only a notification can wake it in time: the listener must be back.
+        .safety_interval(Duration::from_secs(120))
+        .register_fn("echo", |_, args| async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Ok(args)
+        })
+        .start()
+        .unwrap();
+    wait_for_listen(&db.pool, 1).await;
+    let tasks = [
+        WorkerTask::Listener,
+        WorkerTask::Producer,
+        WorkerTask::Completer,
+        WorkerTask::Heartbeat,
+        WorkerTask::Rescuer,
+        WorkerTask::Pruner,
+    ];
+    for task in tasks {
+        worker.inject_panic(task);
+    }
+    // Jobs make the listener, producer, completer and heartbeat go round.
+    for round in 0..3 {
+        let handle = db
+            .client
+            .enqueue(NewJob::new("echo", json!(round)))
+            .await
+            .unwrap();
+        assert_eq!(handle.wait(WAIT).await.unwrap(), json!(round));
+    }
+    eventually(WAIT, "every task restarted once", || async {
+        let health = worker.health();
+        tasks
+            .iter()
+            .all(|t| health.restarts.get(t) == Some(&1))
+            .then_some(())
+    })
+    .await;
+    let health = worker.health();
+    assert!(health.running);
+    let (_, message) = health.last_panic.unwrap();
+    assert!(message.contains("test hook"), "{message}");
+    // Still serving, through a restarted listener.
+    let handle = db
+        .client
+        .enqueue(NewJob::new("echo", json!("after")))
+        .await
+        .unwrap();
+    assert_eq!(handle.wait(WAIT).await.unwrap(), json!("after"));
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Defect 8: an enqueue whose commit went through but whose
+/// acknowledgement was lost returns `Ok` (its jobs exist, once), on every
+/// path that owns its transaction.
+#[tokio::test]
+async fn an_enqueue_whose_acknowledgement_is_lost_returns_ok_and_inserts_once() {
+    let db = TestDb::new().await;
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let client = Client::new(pool_on(&proxy.url(&db.url()), 4));
+
+    // 128 jobs in one autocommit statement: the reply to its parameters is lost.
+    let task = format!("lost-ack-{}", uuid::Uuid::new_v4().simple());
+    proxy.lose_next_reply_to(task.as_bytes());
+    let jobs: Vec<_> = (0..128)
+        .map(|i| NewJob::new(task.clone(), json!(i)))
+        .collect();
+    let handles = client.enqueue_many(jobs).await.unwrap();
+    assert!(proxy.fired());
+    assert!(handles.iter().all(|h| !h.is_duplicate()));
+    assert_eq!(count_jobs(&db.pool, &format!("task = '{task}'")).await, 128);
+
+    // Each path whose own transaction ends in COMMIT: its reply is lost.
+    let paths: [(&str, i64); 4] = [
+        ("copy", 1_500),
+        ("unique", 1),
+        ("many unique", 3),
+        ("workflow", 2),
+    ];
+    for (path, n) in paths {
+        let task = format!(
+            "{}-{}",
+            path.replace(' ', "-"),
+            uuid::Uuid::new_v4().simple()
+        );
+        proxy.lose_next_reply_to(b"COMMIT");
+        let job = |i: i64| NewJob::new(task.clone(), json!(i));
+        match path {
+            "copy" => {
+                client
+                    .enqueue_many((0..n).map(job).collect())
+                    .await
+                    .unwrap();
+            }
+            "unique" => {
+                let handle = client
+                    .enqueue(job(0).unique(conveyor::Unique::UntilFinished))
+                    .await
+                    .unwrap();
+                assert!(!handle.is_duplicate());
+            }
+            "many unique" => {
+                let jobs = (0..n)
+                    .map(|i| job(i).unique(conveyor::Unique::UntilFinished))
+                    .collect();
+                client.enqueue_many(jobs).await.unwrap();
+            }
+            _ => {
+                client
+                    .enqueue_workflow(conveyor::Group::new((0..n).map(job)))
+                    .await
+                    .unwrap();
+            }
+        }
+        assert!(proxy.fired(), "{path}: the reply was lost");
+        assert_eq!(
+            count_jobs(&db.pool, &format!("task = '{task}'")).await,
+            n,
+            "{path}"
+        );
+    }
+}
