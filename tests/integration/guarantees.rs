@@ -110,7 +110,8 @@ async fn a_stale_worker_cannot_overwrite_a_requeued_run() {
 }
 
 /// Defect 2: when a lease renewal matches no row (the job was taken away),
-/// the handler is told at once and its outcome is not written.
+/// the handler is told at once (at that renewal, not when the lease would
+/// have lapsed) and its outcome is not written.
 #[tokio::test]
 async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     let db = TestDb::new().await;
@@ -118,7 +119,7 @@ async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     let saw: Arc<Mutex<Option<bool>>> = Arc::default();
     let (s, w) = (started_sem.clone(), saw.clone());
     let worker = Worker::builder(&db.client)
-        .lease(Duration::from_millis(900))
+        .lease(Duration::from_secs(3))
         .concurrency(1)
         .register_fn("long", move |ctx, _| {
             let (started, saw) = (s.clone(), w.clone());
@@ -148,9 +149,10 @@ async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     .execute(&db.pool)
     .await
     .unwrap();
-    // The next renewal (a third of the lease) finds it gone.
+    // The next renewal (within a third of the lease: 1 s) finds it gone;
+    // the lease itself would lapse here no sooner than 2 s from now.
     eventually(
-        Duration::from_secs(3),
+        Duration::from_millis(1_800),
         "the handler told of its lost lease",
         || async { *saw.lock().unwrap() },
     )
