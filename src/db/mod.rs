@@ -8,6 +8,8 @@
 
 #[cfg(feature = "dashboard")]
 pub(crate) mod dashboard;
+#[cfg(test)]
+mod model_test;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

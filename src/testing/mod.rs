@@ -1,6 +1,7 @@
 //! Helpers for your own tests (like River's `rivertest` and `Oban.Testing`):
-//! assert that a job was enqueued (also inside a transaction you have not
-//! committed), and run a task's handler inline, without a worker.
+//! a fresh database per test ([`TestDatabase`]), assert that a job was
+//! enqueued (also inside a transaction you have not committed), and run a
+//! task's handler inline, without a worker.
 //!
 //! ```no_run
 //! # use conveyor::{Client, Task, TaskContext, TaskError};
@@ -15,8 +16,12 @@
 //! # Ok(()) }
 //! ```
 
+mod database;
+
 use serde_json::Value;
 use sqlx::PgConnection;
+
+pub use database::{TestDatabase, server_url};
 
 use crate::client::Client;
 use crate::db;
