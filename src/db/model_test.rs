@@ -346,10 +346,15 @@ impl Run {
         assert_eq!(state, job.state, "{at}: cancel");
     }
 
-    /// Releases every claim of worker `w` (graceful shutdown); `replace`
-    /// then gives the slot a new identity, as a new process would have.
+    /// Releases some claims of worker `w` (the handlers a shutdown had to
+    /// abort), or all of them with `replace`, which then gives the slot a
+    /// new identity, as a new process would have.
     async fn release(&mut self, w: usize, replace: bool) {
-        let leases = std::mem::take(&mut self.model.claims[w]);
+        let all = std::mem::take(&mut self.model.claims[w]);
+        let (leases, kept): (Vec<Lease>, Vec<Lease>) = all
+            .into_iter()
+            .partition(|_| replace || self.rng.below(2) == 0);
+        self.model.claims[w] = kept;
         let name = self.model.names[w].clone();
         let released = db::release(&self.client.inner.pool, self.q(), &leases, &name)
             .await
@@ -458,9 +463,9 @@ impl Run {
                 state.is_final(),
                 "{at}: finished_at iff final"
             );
-            if started {
-                assert_eq!(token, job.token, "{at}: token of the live claim");
-            }
+            // Set by a claim, kept with the outcome its worker wrote,
+            // cleared when the claim ended without its worker.
+            assert_eq!(token, job.token, "{at}: job {id} lease_token");
         }
         // At most one live claim per job, across every worker.
         let mut live = HashSet::new();
