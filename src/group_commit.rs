@@ -15,7 +15,7 @@
 //! come here: it runs at once, alone (see `Client::insert_autocommit`), so a
 //! lone enqueue waits for no batch.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
@@ -51,7 +51,15 @@ impl GroupCommit {
     pub(crate) async fn insert(&self, rows: Vec<InsertRow>) -> Result<Vec<Inserted>> {
         let calls = self.calls.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(merge_loop(self.pool.clone(), self.queries, rx));
+            let (pool, queries) = (self.pool.clone(), self.queries);
+            // Restarted if it ever panicked (the calls of the batch it held
+            // would get an error; later calls go on).
+            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            tokio::spawn(crate::supervise::supervise(
+                "group commit",
+                move || merge_loop(pool.clone(), queries, rx.clone()),
+                |_| {},
+            ));
             tx
         });
         let (answer, answered) = oneshot::channel();
@@ -75,8 +83,9 @@ impl GroupCommit {
 async fn merge_loop(
     pool: PgPool,
     queries: &'static Queries,
-    mut calls: mpsc::UnboundedReceiver<Call>,
+    calls: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Call>>>,
 ) {
+    let mut calls = calls.lock().await;
     while let Some(first) = calls.recv().await {
         let mut rows = first.rows.len();
         let mut batch = vec![first];

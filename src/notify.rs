@@ -276,7 +276,13 @@ impl Notifier {
         }
         let sender = self.sender.get_or_init(|| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(send_loop(self.pool.clone(), self.queries, rx));
+            let (pool, queries) = (self.pool.clone(), self.queries);
+            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            tokio::spawn(crate::supervise::supervise(
+                "notifier",
+                move || send_loop(pool.clone(), queries, rx.clone()),
+                |_| {},
+            ));
             tx
         });
         // Fails only if the task has ended; the receiver then reports at once.
@@ -288,8 +294,9 @@ impl Notifier {
 async fn send_loop(
     pool: PgPool,
     queries: &'static Queries,
-    mut outbox: tokio::sync::mpsc::UnboundedReceiver<Outbox>,
+    outbox: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Outbox>>>,
 ) {
+    let mut outbox = outbox.lock().await;
     let mut batch: Vec<Outbox> = Vec::new();
     while outbox.recv_many(&mut batch, 256).await > 0 {
         let mut notes: Vec<(&'static str, String)> =

@@ -93,8 +93,10 @@ impl Completer {
         let mut outcomes = self.outcomes.lock().await;
         let mut announced = None;
         loop {
-            // A batch left by a run that panicked goes first.
+            // A batch left by a run that panicked goes first (it may be
+            // partly written already).
             let left = lock(&self.in_flight).clone();
+            let resent = left.is_some();
             let batch = match left {
                 Some(batch) => batch,
                 None => {
@@ -108,7 +110,7 @@ impl Completer {
                 }
             };
             self.health.checkpoint(WorkerTask::Completer);
-            announced = Some(self.write(&batch).await);
+            announced = Some(self.write(&batch, resent).await);
             let mut unrecorded = lock(&self.unrecorded);
             for outcome in batch.iter() {
                 unrecorded.remove(&(outcome.id, outcome.lease_token));
@@ -121,13 +123,18 @@ impl Completer {
         }
     }
 
-    /// Writes a batch; the receiver completes once its announcements are out.
-    async fn write(&self, batch: &[OutcomeRow]) -> tokio::sync::oneshot::Receiver<()> {
+    /// Writes a batch (`resent`: an earlier try may have stored some of
+    /// it); the receiver completes once its announcements are out.
+    async fn write(
+        &self,
+        batch: &[OutcomeRow],
+        resent: bool,
+    ) -> tokio::sync::oneshot::Receiver<()> {
         let mut notes = Vec::new();
         let mut lost = Vec::new();
         let mut parts = vec![batch.to_vec()];
         while let Some(part) = parts.pop() {
-            match self.write_retrying(&part).await {
+            match self.write_retrying(&part, resent).await {
                 Ok(mut written) => {
                     notes.append(&mut written.notes);
                     lost.extend(
@@ -155,7 +162,10 @@ impl Completer {
                         )),
                         ..outcome.clone()
                     };
-                    match self.write_retrying(std::slice::from_ref(&failed)).await {
+                    match self
+                        .write_retrying(std::slice::from_ref(&failed), resent)
+                        .await
+                    {
                         Ok(mut written) => notes.append(&mut written.notes),
                         Err(error) => {
                             tracing::error!(%error, job.id = %outcome.id, "conveyor: cannot record this job's failure either; it stays started until its lease expires")
@@ -177,8 +187,9 @@ impl Completer {
     }
 
     /// Writes `batch`, retrying connection failures with backoff for up to
-    /// `give_up_after`; a refusal is returned at once.
-    async fn write_retrying(&self, batch: &[OutcomeRow]) -> crate::Result<Written> {
+    /// `give_up_after`; a refusal is returned at once. After a retry (or if
+    /// `resent`), outcomes an earlier try stored count as written.
+    async fn write_retrying(&self, batch: &[OutcomeRow], resent: bool) -> crate::Result<Written> {
         let policy = ExponentialBackoff {
             initial_interval: Duration::from_millis(50),
             max_interval: Duration::from_secs(2),
@@ -203,7 +214,7 @@ impl Completer {
             },
         )
         .await?;
-        if retried.into_inner() && written.ids.len() < batch.len() {
+        if (resent || retried.into_inner()) && written.ids.len() < batch.len() {
             // An earlier try may have committed without our hearing of it.
             self.recover_lost_acks(batch, &mut written).await;
         }

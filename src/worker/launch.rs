@@ -43,6 +43,20 @@ impl WorkerBuilder {
         if self.lease < Duration::from_millis(300) {
             return Err(Error::Config("the lease must be at least 300 ms".into()));
         }
+        // (A time this process adds to its clock must not overflow it.)
+        let longest = Duration::from_secs(100 * 365 * 24 * 3600);
+        let durations = [
+            self.lease,
+            self.safety_interval,
+            self.prune_interval,
+            self.cancel_grace,
+            self.rescue_interval.unwrap_or_default(),
+        ];
+        if durations.iter().any(|d| *d > longest) {
+            return Err(Error::Config(
+                "the lease, the cancel grace and intervals must be at most 100 years".into(),
+            ));
+        }
         let too_short = |d: Duration| d < Duration::from_millis(10);
         if too_short(self.safety_interval)
             || too_short(self.prune_interval)
