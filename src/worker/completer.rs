@@ -132,9 +132,9 @@ impl Completer {
     ) -> tokio::sync::oneshot::Receiver<()> {
         let mut notes = Vec::new();
         let mut lost = Vec::new();
-        let mut parts = vec![batch.to_vec()];
+        let mut parts = vec![batch];
         while let Some(part) = parts.pop() {
-            match self.write_retrying(&part, resent).await {
+            match self.write_retrying(part, resent).await {
                 Ok(mut written) => {
                     notes.append(&mut written.notes);
                     lost.extend(
@@ -145,10 +145,9 @@ impl Completer {
                 }
                 Err(error) if refused(&error) && part.len() > 1 => {
                     // Find the outcome PostgreSQL refuses: the rest are stored.
-                    let mut part = part;
-                    let second = part.split_off(part.len() / 2);
+                    let (first, second) = part.split_at(part.len() / 2);
                     parts.push(second);
-                    parts.push(part);
+                    parts.push(first);
                 }
                 Err(error) if refused(&error) => {
                     let outcome = &part[0];

@@ -567,3 +567,44 @@ async fn an_enqueue_whose_acknowledgement_is_lost_returns_ok_and_inserts_once() 
         );
     }
 }
+
+/// Defect 5, second half: an outcome PostgreSQL refuses (here a trigger of
+/// the user's) is split out of its batch: the other outcomes are stored,
+/// and the refused job is stored as a failure that says why.
+#[tokio::test]
+async fn an_outcome_postgres_refuses_fails_alone_and_its_batch_is_stored() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(
+        r#"CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN RAISE EXCEPTION 'no success for %', NEW.args; END $$;
+           CREATE TRIGGER refuse BEFORE UPDATE ON conveyor.jobs FOR EACH ROW
+           WHEN (NEW.state = 'success' AND NEW.args = '"refuse me"') EXECUTE FUNCTION refuse();"#,
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut jobs: Vec<_> = (0..20).map(|i| NewJob::new("echo", json!(i))).collect();
+    jobs.insert(7, NewJob::new("echo", json!("refuse me")));
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    let worker = Worker::builder(&db.client)
+        .concurrency(50)
+        .register_fn("echo", |_, args| async move { Ok(args) })
+        .start()
+        .unwrap();
+    for (i, handle) in handles.iter().enumerate() {
+        let job = handle.wait_job(WAIT).await.unwrap();
+        if i == 7 {
+            assert_eq!(job.state, JobState::Failure);
+            let error = job.last_error.unwrap();
+            assert!(
+                error.starts_with("conveyor could not record this job's outcome"),
+                "{error}"
+            );
+            assert!(error.contains("no success for"), "{error}");
+        } else {
+            assert_eq!((job.state, job.attempt), (JobState::Success, 1));
+        }
+    }
+    assert_eq!(worker.health().leases_lost, 0);
+    worker.shutdown(WAIT).await.unwrap();
+}
