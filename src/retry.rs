@@ -8,8 +8,15 @@ use std::time::Duration;
 /// ```
 /// let seq: Vec<u64> = (1..=8).map(conveyor::fibonacci).collect();
 /// assert_eq!(seq, [1, 1, 2, 3, 5, 8, 13, 21]);
+/// assert_eq!(conveyor::fibonacci(93), 12_200_160_415_121_876_738);
+/// assert_eq!(conveyor::fibonacci(u32::MAX), u64::MAX);
 /// ```
 pub fn fibonacci(n: u32) -> u64 {
+    // fibonacci(94) is past u64::MAX: from there on it saturates. (Looping
+    // n times for a hand-written attempt of 2^31 would block the runtime.)
+    if n > 93 {
+        return u64::MAX;
+    }
     let (mut a, mut b) = (0u64, 1u64);
     for _ in 0..n {
         (a, b) = (b, a.saturating_add(b));

@@ -344,15 +344,17 @@ pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             ORDER BY priority DESC, run_at, id
             LIMIT $2 FOR UPDATE SKIP LOCKED)
         UPDATE conveyor.jobs j
-        SET state = 'started', attempt = j.attempt + 1, started_at = now(),
+        SET state = 'started', attempt = least(j.attempt, 2147483646) + 1,
+            lease_token = nextval('conveyor.lease_tokens'), started_at = now(),
             lease_expires_at = now() + interval '60 seconds', worker_id = 'raw'
         WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-        RETURNING j.id, j.attempt";
+        RETURNING j.id, j.lease_token";
     const COMPLETE: &str = "UPDATE conveyor.jobs j
         SET state = 'success', result = 'null'::jsonb, finished_at = now(),
             lease_expires_at = NULL, worker_id = NULL
-        FROM unnest($1::uuid[], $2::int[]) AS o(id, attempt)
-        WHERE j.id = ANY($1) AND j.id = o.id AND j.attempt = o.attempt AND j.state = 'started'";
+        FROM unnest($1::uuid[], $2::bigint[]) AS o(id, lease_token)
+        WHERE j.id = ANY($1) AND j.id = o.id AND j.lease_token = o.lease_token
+          AND j.state = 'started'";
     let mut lines = Vec::new();
     for batch in cfg.raw_batches.clone() {
         let mut runs = Vec::new();
@@ -362,7 +364,7 @@ pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             let start = Instant::now();
             let mut done = 0usize;
             loop {
-                let rows: Vec<(uuid::Uuid, i32)> = sqlx::query_as(CLAIM)
+                let rows: Vec<(uuid::Uuid, i64)> = sqlx::query_as(CLAIM)
                     .bind(QUEUE)
                     .bind(batch as i64)
                     .fetch_all(&mut *conn)
@@ -370,13 +372,13 @@ pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 if rows.is_empty() {
                     break;
                 }
-                let (ids, attempts): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+                let (ids, tokens): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
                 done += ids.len();
                 // Planned per call, as Conveyor plans its outcome batches.
                 sqlx::query(COMPLETE)
                     .persistent(false)
                     .bind(ids)
-                    .bind(attempts)
+                    .bind(tokens)
                     .execute(&mut *conn)
                     .await?;
             }

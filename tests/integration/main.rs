@@ -11,6 +11,7 @@ mod guarantees;
 mod metrics;
 mod migrate;
 mod periodic;
+mod poison;
 mod proxy;
 mod queues;
 mod retries;

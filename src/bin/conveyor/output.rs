@@ -77,7 +77,7 @@ pub fn jobs_table(jobs: &[Job]) -> String {
             j.queue.clone(),
             j.task.clone(),
             j.state.to_string(),
-            format!("{}/{}", j.attempt, j.max_retries + 1),
+            format!("{}/{}", j.attempt, i64::from(j.max_retries) + 1),
             j.created_at.format("%F %T").to_string(),
             j.last_error.clone().unwrap_or_default(),
         ]);
@@ -98,7 +98,7 @@ pub fn job_detail(job: &Job) -> String {
         "state     {} (attempt {} of {})",
         job.state,
         job.attempt,
-        job.max_retries + 1
+        i64::from(job.max_retries) + 1
     ));
     out.push(format!("args      {}", job.args));
     if let Some(result) = &job.result {
