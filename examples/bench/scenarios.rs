@@ -345,7 +345,7 @@ pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             LIMIT $2 FOR UPDATE SKIP LOCKED)
         UPDATE conveyor.jobs j
         SET state = 'started', attempt = least(j.attempt, 2147483646) + 1,
-            lease_token = nextval('conveyor.lease_tokens'), started_at = now(),
+            lease_token = (SELECT nextval('conveyor.lease_tokens')), started_at = now(),
             lease_expires_at = now() + interval '60 seconds', worker_id = 'raw'
         WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING j.id, j.lease_token";

@@ -30,8 +30,10 @@ UPDATE conveyor.jobs j
 SET state = 'started',
     -- (Saturating: a hand-written attempt of 2^31 - 1 must not fail the claim.)
     attempt = least(j.attempt, 2147483646) + 1,
-    -- A fresh fencing token, never used before (see migrations/V10).
-    lease_token = nextval('conveyor.lease_tokens'),
+    -- A fresh fencing token, one per statement (an InitPlan: nextval runs
+    -- once, not per row): a job is claimed at most once per statement, so
+    -- (id, lease_token) never repeats (see migrations/V10).
+    lease_token = (SELECT nextval('conveyor.lease_tokens')),
     started_at = now(),
     lease_expires_at = now() + make_interval(secs => $4),
     worker_id = $5

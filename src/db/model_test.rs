@@ -152,12 +152,9 @@ impl Run {
             "{at}: claimed"
         );
         let before = self.model.highest_token;
+        // One token per claim statement, new each time.
         let tokens: HashSet<i64> = claimed.jobs.iter().map(|c| c.lease_token).collect();
-        assert_eq!(
-            tokens.len(),
-            claimed.jobs.len(),
-            "{at}: a token given twice"
-        );
+        assert!(tokens.len() <= 1, "{at}: one statement, several tokens");
         for c in claimed.jobs {
             assert!(
                 pending.contains(&c.job.id),
