@@ -93,3 +93,31 @@ async fn another_schema_works_side_by_side() {
     assert_eq!(out, json!("from tenant_a"));
     worker.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+/// The schema is a public interface read in psql: every table, view,
+/// sequence, column and function of it says what it is.
+#[tokio::test]
+async fn every_table_column_and_function_has_a_comment() {
+    let db = TestDb::new().await;
+    let missing: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c
+         WHERE c.relnamespace = 'conveyor'::regnamespace AND c.relkind IN ('r', 'v', 'S', 'p')
+           AND c.relname <> 'schema_history'
+           AND obj_description(c.oid, 'pg_class') IS NULL
+         UNION ALL
+         SELECT c.relname || '.' || a.attname FROM pg_class c
+         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+         WHERE c.relnamespace = 'conveyor'::regnamespace AND c.relkind IN ('r', 'v', 'p')
+           AND c.relname <> 'schema_history'
+           AND col_description(c.oid, a.attnum) IS NULL
+         UNION ALL
+         SELECT p.oid::regprocedure::text FROM pg_proc p
+         WHERE p.pronamespace = 'conveyor'::regnamespace
+           AND obj_description(p.oid, 'pg_proc') IS NULL
+         ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(missing.is_empty(), "without a COMMENT: {missing:?}");
+}
