@@ -44,6 +44,7 @@ impl Default for JobFilter {
 
 /// One queue's numbers (a row of [`Client::queue_stats`]).
 #[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[non_exhaustive]
 pub struct QueueStats {
     /// Queue name.
     pub queue: String,

@@ -105,6 +105,7 @@ impl std::str::FromStr for JobState {
 /// hand with fields missing decode with defaults (attempt 0, the Unix epoch,
 /// an empty message) rather than making the whole job unreadable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AttemptError {
     /// Which attempt failed (1 for the first).
     #[serde(default)]
@@ -122,6 +123,7 @@ pub struct AttemptError {
 
 /// A row of `conveyor.jobs`: everything known about one job.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Job {
     /// Job id.
     pub id: JobId,

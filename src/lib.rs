@@ -21,9 +21,8 @@
 //! use conveyor::{Client, NewJob, Worker};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/postgres").await?;
-//! conveyor::migrate(&pool).await?;
-//! let client = Client::new(pool);
+//! let client = Client::connect("postgres://postgres@127.0.0.1/postgres").await?;
+//! conveyor::migrate(client.pool()).await?;
 //! let worker = Worker::builder(&client)
 //!     .register_fn("double", |_ctx, args| async move {
 //!         Ok(serde_json::json!(args["n"].as_i64().unwrap_or(0) * 2))
@@ -66,7 +65,7 @@ mod workflow;
 
 pub use client::{
     BULK_CHUNK, COPY_MIN, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
-    DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique,
+    DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique, pool_options,
 };
 pub use confirm::CONFIRM_FOR;
 pub use error::{Error, Result};
@@ -79,6 +78,9 @@ pub use maintenance::pruner::Retention;
 pub use metrics::Metrics;
 pub use migrate::{migrate, migrate_schema};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
+/// The sqlx this crate is built with: share a pool or a transaction with
+/// Conveyor through `conveyor::sqlx` and the versions always match.
+pub use sqlx;
 pub use task::{Failure, Task, TaskContext, TaskError};
 pub use worker::{
     BOOKKEEPING_CONNECTIONS, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ENV_VARS,

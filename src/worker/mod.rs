@@ -264,6 +264,34 @@ impl WorkerBuilder {
             .insert(name.into(), Arc::new(FnHandler(handler)));
         self
     }
+    /// Like [`WorkerBuilder::register_fn`], for a handler that needs shared
+    /// state (a pool, an HTTP client, a cache): each call gets a clone of
+    /// `state`, as an axum handler gets `State`. Wrap what is expensive to
+    /// clone in an `Arc`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: conveyor::Client, reports: conveyor::sqlx::PgPool) {
+    /// conveyor::Worker::builder(&client).register_fn_with(
+    ///     "count_tables",
+    ///     reports,
+    ///     |db, _ctx, _args| async move {
+    ///         let (n,): (i64,) = conveyor::sqlx::query_as("SELECT count(*) FROM pg_class")
+    ///             .fetch_one(&db)
+    ///             .await
+    ///             .map_err(conveyor::TaskError::retry)?;
+    ///         Ok(serde_json::json!(n))
+    ///     },
+    /// );
+    /// # }
+    /// ```
+    pub fn register_fn_with<S, F, Fut>(self, name: impl Into<String>, state: S, handler: F) -> Self
+    where
+        S: Clone + Send + Sync + 'static,
+        F: Fn(S, TaskContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Value, TaskError>> + Send + 'static,
+    {
+        self.register_fn(name, move |ctx, args| handler(state.clone(), ctx, args))
+    }
 }
 
 /// A non-zero seed for the weighted queue draw.
@@ -285,6 +313,7 @@ fn default_worker_id() -> String {
 
 /// What a graceful shutdown did with the jobs still running at its deadline.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Jobs given back as pending (no attempt spent).
     pub released: usize,

@@ -38,6 +38,7 @@ pub use handle::{GroupHandle, WorkflowHandle};
 /// What an error callback receives: the error message first (machinery's
 /// convention), then which job failed, then the callback's own arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobFailure<A = Value> {
     /// The failed job's last error.
     pub error: String,
@@ -63,6 +64,7 @@ pub enum WorkflowState {
 
 /// A row of `conveyor.workflows`: a workflow's progress.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct WorkflowRun {
     /// Workflow id.
     pub id: uuid::Uuid,

@@ -277,3 +277,32 @@ async fn dropping_a_worker_stops_its_background_tasks() {
     })
     .await;
 }
+
+/// `Client::connect` builds a working client from a URL, and a handler
+/// registered with `register_fn_with` gets the state it was given.
+#[tokio::test]
+async fn a_client_from_a_url_and_a_handler_with_shared_state() {
+    let db = TestDb::new().await;
+    let client = conveyor::Client::connect(&db.url()).await.unwrap();
+    assert!(
+        conveyor::Client::connect("postgres://nobody@127.0.0.1:1/none")
+            .await
+            .is_err()
+    );
+    let worker = Worker::builder(&client)
+        .register_fn_with("lookup", client.pool().clone(), |pool, _ctx, args: Value| async move {
+            let n: i32 = conveyor::sqlx::query_scalar("SELECT $1::int * 2")
+                .bind(args["n"].as_i64().unwrap_or_default() as i32)
+                .fetch_one(&pool)
+                .await?;
+            Ok(json!(n))
+        })
+        .start()
+        .unwrap();
+    let handle = client
+        .enqueue(NewJob::new("lookup", json!({ "n": 21 })))
+        .await
+        .unwrap();
+    assert_eq!(handle.wait(WAIT).await.unwrap(), json!(42));
+    worker.shutdown(WAIT).await.unwrap();
+}
