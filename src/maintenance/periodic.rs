@@ -1,9 +1,10 @@
-//! Periodic jobs: cron expressions (with a time zone) and fixed intervals,
-//! registered in code. One process at a time schedules (the leader, elected
+//! Periodic jobs: fixed intervals, and cron expressions with a time zone
+//! (feature `cron`), registered in code. One process at a time schedules (the leader, elected
 //! by a session advisory lock); every slot's job gets an id derived from the
 //! schedule's name and the slot, so a slot is enqueued once even if two
 //! processes briefly both think they lead.
 
+#[cfg(feature = "cron")]
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,9 @@ use sqlx::{Connection, PgConnection};
 
 use crate::client::{Client, NewJob};
 use crate::db;
-use crate::error::{Error, Result};
+#[cfg(feature = "cron")]
+use crate::error::Error;
+use crate::error::Result;
 use crate::job::job_id_from_key;
 use crate::supervise::Checkpoint;
 
@@ -29,6 +32,7 @@ pub enum Missed {
 
 #[derive(Clone)]
 enum Schedule {
+    #[cfg(feature = "cron")]
     Cron(Box<cron::Schedule>, chrono_tz::Tz),
     Every(Duration),
 }
@@ -39,16 +43,12 @@ enum Schedule {
 /// use std::time::Duration;
 /// use conveyor::{Missed, NewJob, Periodic};
 ///
-/// // Weekdays at 09:00 in Paris; a missed slot is enqueued once on takeover.
-/// let report = Periodic::cron("daily-report", "0 0 9 * * Mon-Fri", "Europe/Paris", |slot| {
-///     NewJob::new("report", serde_json::json!({ "for": slot }))
-/// })?
-/// .missed(Missed::EnqueueOnce);
-/// // Every 30 seconds, aligned on the Unix epoch.
+/// // Every 30 seconds, aligned on the Unix epoch; a slot missed while no
+/// // worker ran is enqueued once on takeover.
 /// let heartbeat = Periodic::every("heartbeat", Duration::from_secs(30), |_| {
 ///     NewJob::new("ping", serde_json::json!({}))
-/// });
-/// # Ok::<(), conveyor::Error>(())
+/// })
+/// .missed(Missed::EnqueueOnce);
 /// ```
 #[derive(Clone)]
 pub struct Periodic {
@@ -70,7 +70,19 @@ impl std::fmt::Debug for Periodic {
 impl Periodic {
     /// A cron schedule: `sec min hour day-of-month month day-of-week [year]`
     /// (the `cron` crate's syntax), in the IANA time zone `tz` (`"UTC"`,
-    /// `"Europe/Paris"`…). `make` builds the job for each slot.
+    /// `"Europe/Paris"`…). `make` builds the job for each slot. Needs the
+    /// `cron` feature.
+    ///
+    /// ```
+    /// use conveyor::{NewJob, Periodic};
+    ///
+    /// // Weekdays at 09:00 in Paris.
+    /// let report = Periodic::cron("daily-report", "0 0 9 * * Mon-Fri", "Europe/Paris", |slot| {
+    ///     NewJob::new("report", serde_json::json!({ "for": slot }))
+    /// })?;
+    /// # Ok::<(), conveyor::Error>(())
+    /// ```
+    #[cfg(feature = "cron")]
     pub fn cron(
         name: impl Into<String>,
         expression: &str,
@@ -118,6 +130,7 @@ impl Periodic {
     /// The first slot strictly after `t`.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match &self.schedule {
+            #[cfg(feature = "cron")]
             Schedule::Cron(schedule, tz) => schedule
                 .after(&t.with_timezone(tz))
                 .next()

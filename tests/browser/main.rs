@@ -9,7 +9,10 @@
 //!
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
 //! `chromium` and `chromium-driver`; `CHROMIUM` and `CHROMEDRIVER` name
-//! others). Without them the test fails, unless `CONVEYOR_SKIP_BROWSER=1`.
+//! others). When they are missing the test installs the two packages with
+//! `apt-get` (as root, or through `sudo -n`), so `cargo test` needs nothing
+//! installed by hand on a Debian machine; where it cannot, it fails saying
+//! so, unless `CONVEYOR_SKIP_BROWSER=1`.
 
 #[allow(dead_code)]
 #[path = "../integration/common.rs"]
@@ -38,6 +41,35 @@ type Outcome = Result<(), String>;
 fn binary(var: &str, default: &str) -> Option<PathBuf> {
     let path = std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from);
     path.exists().then_some(path)
+}
+
+/// Installs Debian's `chromium` and `chromium-driver` with `apt-get`, as
+/// root or through `sudo -n`; says why on stderr when it cannot.
+fn install_browser() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"));
+    let apt = |args: &[&str]| {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", "apt-get"]);
+            sudo
+        };
+        command
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .status()
+    };
+    eprintln!("Chromium or chromedriver is missing: installing chromium and chromium-driver");
+    let installed = apt(&["update", "-q"]).is_ok_and(|s| s.success())
+        && apt(&["install", "-y", "-q", "chromium", "chromium-driver"]).is_ok_and(|s| s.success());
+    if !installed {
+        eprintln!("apt-get could not install chromium and chromium-driver");
+    }
 }
 
 fn free_port() -> u16 {
@@ -234,14 +266,21 @@ async fn retry_a_failed_job_from_the_browser() {
         eprintln!("CONVEYOR_SKIP_BROWSER=1: the browser test is skipped");
         return;
     }
-    let (Some(chromium), Some(chromedriver)) = (
-        binary("CHROMIUM", "/usr/bin/chromium"),
-        binary("CHROMEDRIVER", "/usr/bin/chromedriver"),
-    ) else {
+    let binaries = || {
+        (
+            binary("CHROMIUM", "/usr/bin/chromium"),
+            binary("CHROMEDRIVER", "/usr/bin/chromedriver"),
+        )
+    };
+    if matches!(binaries(), (None, _) | (_, None)) {
+        install_browser();
+    }
+    let (Some(chromium), Some(chromedriver)) = binaries() else {
         panic!(
             "the dashboard browser test needs Chromium and chromedriver (/usr/bin/chromium and \
-             /usr/bin/chromedriver, or set CHROMIUM / CHROMEDRIVER): install them with \
-             `apt-get install chromium chromium-driver`, or set CONVEYOR_SKIP_BROWSER=1 to skip"
+             /usr/bin/chromedriver, or set CHROMIUM / CHROMEDRIVER) and could not install them: \
+             run `apt-get install chromium chromium-driver` as root, or set \
+             CONVEYOR_SKIP_BROWSER=1 to skip"
         );
     };
 

@@ -1,20 +1,28 @@
 //! Integration tests against a real PostgreSQL: each test makes a database of
-//! its own (see `common::TestDb`), so they run in parallel.
+//! its own (see `common::TestDb`), so they run in parallel. Modules for the
+//! optional features (`cli`, `dashboard`, `metrics`, `otel`, `cron`) build
+//! with them: the test command is `cargo test --all-features`.
 
+#[cfg(feature = "cli")]
 mod cli;
 mod common;
+#[cfg(feature = "dashboard")]
 mod dashboard;
 mod enqueue;
 mod faults;
 mod group_commit;
 mod guarantees;
+#[cfg(feature = "metrics")]
 mod metrics;
 mod migrate;
 mod periodic;
+// Also runs the `conveyor` command on every poison row.
+#[cfg(feature = "cli")]
 mod poison;
 mod proxy;
 mod queues;
 mod retries;
+#[cfg(feature = "otel")]
 mod traces;
 mod worker;
 mod workflows;

@@ -301,6 +301,7 @@ async fn the_page_and_assets_are_served_and_non_loopback_needs_auth() {
     );
 }
 
+#[cfg(feature = "cli")]
 #[tokio::test]
 async fn the_command_refuses_a_public_address_without_authentication() {
     let db = TestDb::new().await;

@@ -418,8 +418,13 @@ pub(super) fn time_bad(rng: &mut Rng) -> String {
 /// A time the jobs table takes only where no reader decodes it
 /// (`cancel_requested_at`, `unique_until`): infinite, or past year 9999.
 pub(super) fn time_unread(rng: &mut Rng) -> String {
-    rng.pick(&["'infinity'", "'-infinity'", "'294276-01-01'", "'4713-01-01 BC'"])
-        .to_string()
+    rng.pick(&[
+        "'infinity'",
+        "'-infinity'",
+        "'294276-01-01'",
+        "'4713-01-01 BC'",
+    ])
+    .to_string()
 }
 
 /// An interval PostgreSQL holds, from none to the largest.
