@@ -290,13 +290,17 @@ async fn a_client_from_a_url_and_a_handler_with_shared_state() {
             .is_err()
     );
     let worker = Worker::builder(&client)
-        .register_fn_with("lookup", client.pool().clone(), |pool, _ctx, args: Value| async move {
-            let n: i32 = conveyor::sqlx::query_scalar("SELECT $1::int * 2")
-                .bind(args["n"].as_i64().unwrap_or_default() as i32)
-                .fetch_one(&pool)
-                .await?;
-            Ok(json!(n))
-        })
+        .register_fn_with(
+            "lookup",
+            client.pool().clone(),
+            |pool, _ctx, args: Value| async move {
+                let n: i32 = conveyor::sqlx::query_scalar("SELECT $1::int * 2")
+                    .bind(args["n"].as_i64().unwrap_or_default() as i32)
+                    .fetch_one(&pool)
+                    .await?;
+                Ok(json!(n))
+            },
+        )
         .start()
         .unwrap();
     let handle = client

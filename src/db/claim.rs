@@ -1,0 +1,167 @@
+//! Claiming: promoting due jobs, and claiming pending ones under a fresh
+//! fencing token (`claim.sql`).
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool, Row};
+
+use super::Queries;
+use crate::error::Result;
+use crate::job::{Job, JobId};
+
+/// What [`promote`] found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Promoted {
+    /// Jobs moved to pending.
+    pub promoted: i64,
+    /// Earliest `run_at` still in the future, if any.
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// The database's clock, to turn `next_run_at` into a local wait.
+    pub db_now: DateTime<Utc>,
+}
+
+/// Promotes due jobs of `queues` to pending.
+pub(crate) async fn promote<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    queues: &[String],
+    limit: i64,
+) -> Result<Promoted> {
+    let row = sqlx::query(q.promote)
+        .bind(queues)
+        .bind(limit)
+        .fetch_one(exec)
+        .await?;
+    Ok(Promoted {
+        promoted: row.try_get("promoted")?,
+        next_run_at: row.try_get("next_run_at")?,
+        db_now: row.try_get("db_now")?,
+    })
+}
+
+/// What to claim, for whom.
+pub(crate) struct Claim<'a> {
+    pub queue: &'a str,
+    /// Task names the worker has handlers for.
+    pub tasks: &'a [String],
+    pub limit: i64,
+    pub lease_secs: f64,
+    pub worker_id: &'a str,
+    /// The queue has a global concurrency limit.
+    pub limited: bool,
+}
+
+/// What a claim found.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    /// Jobs claimed, in claim order (priority, then run_at, then id).
+    pub jobs: Vec<ClaimedJob>,
+    /// Jobs claimed whose row cannot be decoded (JSON nested too deep, say):
+    /// the caller must fail them, each with its reason.
+    pub undecodable: Vec<Undecodable>,
+    /// The rate window is used up until then.
+    pub rate_limited_until: Option<DateTime<Utc>>,
+}
+
+/// A claimed job and the fencing token of its claim.
+#[derive(Debug)]
+pub(crate) struct ClaimedJob {
+    pub job: Job,
+    pub lease_token: i64,
+}
+
+/// A claimed row that [`Job`] cannot represent.
+#[derive(Debug)]
+pub(crate) struct Undecodable {
+    pub id: JobId,
+    pub lease_token: i64,
+    pub queue: String,
+    pub task: String,
+    /// Why, as the job's error will say.
+    pub error: String,
+}
+
+/// Decodes claimed rows one by one, so one bad row fails only its own job
+/// (the claim has committed by then: every row must come out as one or
+/// the other).
+fn decode_claimed(rows: Vec<sqlx::postgres::PgRow>, claimed: &mut Claimed) {
+    use sqlx::FromRow;
+    for row in rows {
+        let (id, token) = match (
+            row.try_get::<JobId, _>("id"),
+            row.try_get::<Option<i64>, _>("lease_token"),
+        ) {
+            (Ok(id), Ok(Some(token))) => (id, token),
+            (id, token) => {
+                // Cannot happen (both columns are typed and set by the claim);
+                // the row's lease expires and the rescuer takes it.
+                tracing::error!(?id, ?token, "conveyor: a claimed row has no id or token");
+                continue;
+            }
+        };
+        match Job::from_row(&row) {
+            Ok(job) => claimed.jobs.push(ClaimedJob {
+                job,
+                lease_token: token,
+            }),
+            Err(error) => claimed.undecodable.push(Undecodable {
+                id,
+                lease_token: token,
+                queue: row.try_get("queue").unwrap_or_default(),
+                task: row.try_get("task").unwrap_or_default(),
+                error: format!("conveyor cannot decode this job's row: {error}"),
+            }),
+        }
+    }
+}
+
+/// Claims up to `limit` jobs of `queue`. With a concurrency or rate limit
+/// the claim runs in a transaction after locking the queue's row.
+pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Claimed> {
+    let claim = |concurrency: Option<i32>, rate_room: Option<i32>| {
+        // Rows, not `Job`s: see `decode_claimed`.
+        sqlx::query(q.claim)
+            .bind(c.queue)
+            .bind(c.tasks)
+            .bind(c.limit)
+            .bind(c.lease_secs)
+            .bind(c.worker_id)
+            .bind(concurrency)
+            .bind(rate_room)
+    };
+    let mut claimed = Claimed::default();
+    if c.limited {
+        let mut tx = pool.begin().await?;
+        // (concurrency limit, room left in the rate window, window end)
+        type Limits = (Option<i32>, Option<i32>, Option<DateTime<Utc>>);
+        let limits: Option<Limits> = sqlx::query_as(q.lock_queue)
+            .bind(c.queue)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let (concurrency, rate_room, window_end) = limits.unwrap_or_default();
+        let rows = claim(concurrency, rate_room).fetch_all(&mut *tx).await?;
+        if let Some(room) = rate_room {
+            let started = rows.len() as i32;
+            sqlx::query(q.count_starts)
+                .bind(c.queue)
+                .bind(started)
+                .execute(&mut *tx)
+                .await?;
+            if started >= room {
+                claimed.rate_limited_until = window_end;
+            }
+        }
+        tx.commit().await?;
+        decode_claimed(rows, &mut claimed);
+    } else {
+        let rows = claim(None, None).fetch_all(pool).await?;
+        decode_claimed(rows, &mut claimed);
+    }
+    claimed.jobs.sort_by(|a, b| {
+        let (a, b) = (&a.job, &b.job);
+        b.priority
+            .cmp(&a.priority)
+            .then(a.run_at.cmp(&b.run_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(claimed)
+}

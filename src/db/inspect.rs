@@ -1,0 +1,107 @@
+//! Reading and acting on jobs by id or filter: fetch, list, statistics, cancel,
+//! re-queue, delete.
+
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+
+use super::{Queries, parse_state};
+use crate::error::Result;
+use crate::job::{Job, JobId, JobState};
+
+pub(crate) async fn fetch_job<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<Job>> {
+    Ok(sqlx::query_as::<_, Job>(q.fetch_job)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?)
+}
+
+pub(crate) async fn fetch_state<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<JobState>> {
+    let state: Option<String> = sqlx::query_scalar(q.fetch_state)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?;
+    state.as_deref().map(parse_state).transpose()
+}
+
+pub(crate) async fn list_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    f: &crate::inspect::JobFilter,
+) -> Result<Vec<Job>> {
+    Ok(sqlx::query_as::<_, Job>(q.list_jobs)
+        .bind(f.queue.as_deref())
+        .bind(f.state.map(JobState::as_str))
+        .bind(f.task.as_deref())
+        .bind(f.created_after)
+        .bind(f.created_before)
+        .bind(f.before_id)
+        .bind(f.limit)
+        .fetch_all(exec)
+        .await?)
+}
+
+pub(crate) async fn queue_stats<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+) -> Result<Vec<crate::inspect::QueueStats>> {
+    Ok(sqlx::query_as(q.queue_stats).fetch_all(exec).await?)
+}
+
+pub(crate) async fn enqueued_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    task: &str,
+    args: &Value,
+) -> Result<Vec<Job>> {
+    Ok(sqlx::query_as::<_, Job>(q.enqueued_jobs)
+        .bind(task)
+        .bind(args)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Deletes jobs that are not running; returns how many.
+pub(crate) async fn delete_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    ids: &[JobId],
+) -> Result<u64> {
+    Ok(sqlx::query(q.delete_jobs)
+        .bind(ids)
+        .execute(exec)
+        .await?
+        .rows_affected())
+}
+
+/// Cancels a job (see `conveyor.cancel`); returns its state afterwards.
+pub(crate) async fn cancel(
+    conn: &mut PgConnection,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<JobState>> {
+    let state: Option<String> = sqlx::query_scalar(q.cancel)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    state.as_deref().map(parse_state).transpose()
+}
+
+/// Re-queues failed or cancelled jobs; returns how many.
+pub(crate) async fn requeue<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    ids: &[JobId],
+) -> Result<i32> {
+    Ok(sqlx::query_scalar(q.requeue)
+        .bind(ids)
+        .fetch_one(exec)
+        .await?)
+}

@@ -1,0 +1,124 @@
+//! Maintenance services: rescue of expired leases, retention, the periodic
+//! scheduler's leadership and slots.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
+
+use super::Queries;
+use super::outcome::after_finish;
+use crate::error::Result;
+use crate::job::{JobId, JobState};
+
+/// Takes the transaction-scoped advisory lock that lets one process at a
+/// time run maintenance `service` on this schema; false if another holds it.
+async fn try_service_lock(conn: &mut PgConnection, q: &Queries, service: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.' || $1 || ':' || $2, 0))",
+    )
+    .bind(service)
+    .bind(q.schema)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
+/// Recovers up to `limit` jobs whose lease expired, if no other process is
+/// doing it right now (advisory lock); `None` when another one is.
+pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Option<i64>> {
+    let mut tx = pool.begin().await?;
+    if !try_service_lock(&mut tx, q, "rescuer").await? {
+        return Ok(None);
+    }
+    let row = sqlx::query(q.rescue)
+        .bind(limit)
+        .bind(q.job_ready_channel)
+        .bind(q.job_finished_channel)
+        .fetch_one(&mut *tx)
+        .await?;
+    let follow_ups: Vec<JobId> = row.try_get("follow_ups")?;
+    after_finish(&mut tx, q, &follow_ups).await?;
+    tx.commit().await?;
+    Ok(Some(row.try_get("rescued")?))
+}
+
+/// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
+/// other process is pruning right now; `None` when one is.
+pub(crate) async fn prune(
+    pool: &PgPool,
+    q: &Queries,
+    state: JobState,
+    age_secs: f64,
+    limit: i64,
+) -> Result<Option<u64>> {
+    let mut tx = pool.begin().await?;
+    if !try_service_lock(&mut tx, q, "pruner").await? {
+        return Ok(None);
+    }
+    let deleted = sqlx::query(q.prune)
+        .bind(state.as_str())
+        .bind(age_secs)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(Some(deleted))
+}
+
+/// Deletes finished workflows older than `age` with no jobs left, and
+/// expired unique keys.
+pub(crate) async fn prune_leftovers<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    age_secs: f64,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(q.prune_leftovers)
+        .bind(age_secs)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Takes the periodic scheduler's leadership on `conn` (a session lock, held
+/// until released or the connection ends); false if another process has it.
+pub(crate) async fn try_lead_periodic(conn: &mut PgConnection, q: &Queries) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT pg_try_advisory_lock(hashtextextended('conveyor.periodic:' || $1, 0))",
+    )
+    .bind(q.schema)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
+/// Whether the leader's connection is still alive.
+pub(crate) async fn ping(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SELECT 1").execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The latest slot enqueued for each of `names`.
+pub(crate) async fn periodic_last_slots<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    names: &[String],
+) -> Result<HashMap<String, DateTime<Utc>>> {
+    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(q.periodic_last_slots)
+        .bind(names)
+        .fetch_all(exec)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+pub(crate) async fn periodic_record_slot<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    name: &str,
+    slot: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(q.periodic_record_slot)
+        .bind(name)
+        .bind(slot)
+        .execute(exec)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! What the holder of a claim writes, fenced on `(id, lease_token)`: outcomes
+//! and their follow-ups, lease renewals, releases.
+
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
+
+use super::Queries;
+use crate::error::Result;
+use crate::job::{JobId, JobState};
+
+/// The outcome of one attempt, as the completer writes it.
+#[derive(Debug, Clone)]
+pub(crate) struct OutcomeRow {
+    pub id: JobId,
+    /// The fencing token of the claim that ran it.
+    pub lease_token: i64,
+    /// The job's queue and task (for logs and metrics; not written).
+    pub queue: String,
+    pub task: String,
+    pub state: JobState,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub retry_in_secs: Option<f64>,
+    /// The job belongs to a workflow or has callbacks: its final outcome
+    /// needs `conveyor.after_finish()`.
+    pub follow_up: bool,
+}
+
+/// Writes a batch of outcomes; returns which rows were still held by their
+/// claim, and the finished ones that need [`after_finish`].
+pub(crate) async fn complete<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    outcomes: &[OutcomeRow],
+) -> Result<Completed> {
+    let ids: Vec<JobId> = outcomes.iter().map(|o| o.id).collect();
+    let tokens: Vec<i64> = outcomes.iter().map(|o| o.lease_token).collect();
+    let states: Vec<&str> = outcomes.iter().map(|o| o.state.as_str()).collect();
+    let results: Vec<Option<&Value>> = outcomes.iter().map(|o| o.result.as_ref()).collect();
+    let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
+    let retry_in: Vec<Option<f64>> = outcomes.iter().map(|o| o.retry_in_secs).collect();
+    let row = sqlx::query(q.complete)
+        // Planned with the actual arrays each time (see the note above `Queries`).
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&states)
+        .bind(&results)
+        .bind(&errors)
+        .bind(&retry_in)
+        .fetch_one(exec)
+        .await?;
+    let finished: Option<String> = row.try_get("finished_ids")?;
+    let wake: Vec<String> = row.try_get("wake")?;
+    // At most 200 ids per notification: payloads must stay under 8000 bytes.
+    let ids: Vec<&str> = finished
+        .as_deref()
+        .map_or(Vec::new(), |f| f.split(',').collect());
+    let notes = ids
+        .chunks(200)
+        .map(|chunk| (q.job_finished_channel, chunk.join(",")))
+        .chain(wake.into_iter().map(|p| (q.job_ready_channel, p)))
+        .collect();
+    Ok(Completed {
+        updated: row.try_get("updated")?,
+        follow_ups: row.try_get("follow_ups")?,
+        notes,
+    })
+}
+
+/// What [`complete`] recorded.
+pub(crate) struct Completed {
+    /// Jobs whose outcome was written (the rest were no longer held by
+    /// their claim).
+    pub updated: Vec<JobId>,
+    /// Finished jobs with follow-up work, for [`after_finish`].
+    pub follow_ups: Vec<JobId>,
+    /// Notifications to send once the transaction has committed.
+    pub notes: Vec<(&'static str, String)>,
+}
+
+/// Enqueues follow-ups and updates workflow counters for `finished` jobs
+/// (in the transaction that recorded their outcomes).
+pub(crate) async fn after_finish(
+    conn: &mut PgConnection,
+    q: &Queries,
+    finished: &[JobId],
+) -> Result<()> {
+    if finished.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(q.after_finish)
+        .bind(finished)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// A claim a worker holds: the job and the fencing token of its claim.
+pub(crate) type Lease = (JobId, i64);
+
+/// A lease [`heartbeat`] renewed, and whether the job's cancellation was
+/// asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    pub lease: Lease,
+    pub cancel: bool,
+}
+
+/// Extends the given leases; returns those it renewed (the others are lost:
+/// the job was rescued, finished, re-queued or claimed again).
+pub(crate) async fn heartbeat<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    leases: &[Lease],
+    lease_secs: f64,
+) -> Result<Vec<Renewed>> {
+    let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
+    let rows = sqlx::query(q.heartbeat)
+        // Planned with the actual arrays each time (see the note above `Queries`).
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(lease_secs)
+        .fetch_all(exec)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Renewed {
+                lease: (row.try_get("id")?, row.try_get("lease_token")?),
+                cancel: row.try_get("cancel")?,
+            })
+        })
+        .collect()
+}
+
+/// Those of `leases` whose claim has ended with its outcome recorded (the
+/// job is no longer started and still carries that token): after a write
+/// whose acknowledgement was lost, which outcomes did commit.
+pub(crate) async fn recorded<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    leases: &[Lease],
+) -> Result<Vec<JobId>> {
+    let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
+    Ok(sqlx::query_scalar(q.recorded)
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// Puts jobs held by `worker_id` under these leases back to pending;
+/// returns how many. Jobs whose cancellation was asked for end cancelled, and their
+/// follow-ups ([`after_finish`]) run in the same transaction.
+pub(crate) async fn release(
+    pool: &PgPool,
+    q: &Queries,
+    leases: &[Lease],
+    worker_id: &str,
+) -> Result<i64> {
+    let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
+    let mut tx = pool.begin().await?;
+    let row = sqlx::query(q.release)
+        // Planned with the actual arrays each time (see the note above `Queries`).
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(worker_id)
+        .bind(q.job_ready_channel)
+        .bind(q.job_finished_channel)
+        .fetch_one(&mut *tx)
+        .await?;
+    let follow_ups: Vec<JobId> = row.try_get("follow_ups")?;
+    after_finish(&mut tx, q, &follow_ups).await?;
+    tx.commit().await?;
+    Ok(row.try_get("released")?)
+}

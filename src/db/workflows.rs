@@ -1,0 +1,36 @@
+//! Workflows: materialising specs, reading runs and member results.
+
+use serde_json::Value;
+use sqlx::{PgConnection, PgExecutor};
+
+use super::Queries;
+use crate::error::Result;
+
+/// Materialises a workflow spec.
+pub(crate) async fn spawn(conn: &mut PgConnection, q: &Queries, spec: &Value) -> Result<()> {
+    sqlx::query(q.spawn).bind(spec).execute(&mut *conn).await?;
+    Ok(())
+}
+
+pub(crate) async fn fetch_workflow<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: uuid::Uuid,
+) -> Result<Option<crate::workflow::WorkflowRun>> {
+    Ok(sqlx::query_as(q.fetch_workflow)
+        .bind(id)
+        .fetch_optional(exec)
+        .await?)
+}
+
+/// Member results of a group or chord, in member order.
+pub(crate) async fn workflow_results<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    id: uuid::Uuid,
+) -> Result<Vec<Value>> {
+    Ok(sqlx::query_scalar(q.workflow_results)
+        .bind(id)
+        .fetch_all(exec)
+        .await?)
+}
