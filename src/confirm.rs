@@ -49,7 +49,7 @@ where
     Fut: Future<Output = Result<T>>,
 {
     let deadline = tokio::time::Instant::now() + CONFIRM_FOR;
-    let mut backoff = crate::notify::reconnect_backoff();
+    let mut backoff = crate::supervise::reconnect_backoff();
     let mut sent = false;
     loop {
         let error = match pool.acquire().await {
@@ -96,7 +96,7 @@ pub(crate) async fn insert(
 ) -> Result<Vec<Inserted>> {
     let ids = || rows.iter().map(|row| row.id).collect();
     let answer = until_answered(pool, ids, |mut conn, _| async move {
-        if rows.len() <= crate::BULK_CHUNK {
+        if rows.len() <= crate::db::BULK_CHUNK {
             return db::insert_all(&mut conn, queries, rows).await;
         }
         let mut tx = conn.begin().await?;
@@ -106,9 +106,20 @@ pub(crate) async fn insert(
     })
     .await?;
     let keys = rows.iter().map(|row| (row.id, row.fresh_id));
-    Ok(crate::enqueue::ours(
-        keys,
-        answer.value,
-        resent || answer.resent,
-    ))
+    Ok(ours(keys, answer.value, resent || answer.resent))
+}
+
+/// After a retry that may follow a commit of our own, a job found under an
+/// id generated here is ours: it was inserted, not found.
+pub(crate) fn ours(
+    jobs: impl Iterator<Item = (JobId, bool)>,
+    mut found: Vec<Inserted>,
+    resent: bool,
+) -> Vec<Inserted> {
+    if resent {
+        for ((id, fresh), found) in jobs.zip(found.iter_mut()) {
+            found.inserted |= fresh && found.id == id;
+        }
+    }
+    found
 }

@@ -9,12 +9,14 @@
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
-use crate::client::{BULK_CHUNK, COPY_MIN, Client, NewJob, Unique};
-use crate::confirm::{self, until_answered};
+use crate::client::Client;
+use crate::confirm::{self, ours, until_answered};
 use crate::db::{self, InsertRow, Inserted};
+use crate::db::{BULK_CHUNK, COPY_MIN};
 use crate::error::{Error, Result};
 use crate::handle::JobHandle;
 use crate::job::JobId;
+use crate::task::{NewJob, Unique};
 
 /// A job ready to insert: checked, with its id fixed.
 pub(crate) enum Prepared {
@@ -101,21 +103,6 @@ async fn insert(
         }
     }
     Ok(found)
-}
-
-/// After a retry that may follow a commit of our own, a job found under an
-/// id generated here is ours: it was inserted, not found.
-pub(crate) fn ours(
-    jobs: impl Iterator<Item = (JobId, bool)>,
-    mut found: Vec<Inserted>,
-    resent: bool,
-) -> Vec<Inserted> {
-    if resent {
-        for ((id, fresh), found) in jobs.zip(found.iter_mut()) {
-            found.inserted |= fresh && found.id == id;
-        }
-    }
-    found
 }
 
 impl Client {

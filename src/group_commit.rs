@@ -94,7 +94,7 @@ async fn merge_loop(
         // nearly doubles the calls per commit, and costs a lone call nothing
         // measurable.
         tokio::task::yield_now().await;
-        while rows < crate::BULK_CHUNK
+        while rows < crate::db::BULK_CHUNK
             && let Ok(call) = calls.try_recv()
         {
             rows += call.rows.len();

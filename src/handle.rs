@@ -176,3 +176,11 @@ impl<O: DeserializeOwned> JobHandle<O> {
         }
     }
 }
+
+impl Client {
+    /// A handle to an existing job, e.g. from an id kept elsewhere. `O` is the
+    /// expected output type.
+    pub fn handle<O>(&self, id: JobId) -> JobHandle<O> {
+        JobHandle::new(self.clone(), id, false)
+    }
+}

@@ -39,6 +39,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod architecture_test;
 mod client;
 mod confirm;
 #[cfg(feature = "dashboard")]
@@ -55,6 +57,7 @@ mod maintenance;
 mod metrics;
 mod migrate;
 mod notify;
+mod records;
 mod retry;
 mod supervise;
 mod task;
@@ -63,30 +66,28 @@ mod trace;
 mod worker;
 mod workflow;
 
-pub use client::{
-    BULK_CHUNK, COPY_MIN, Client, ClientBuilder, DEFAULT_MAX_RETRIES, DEFAULT_QUEUE,
-    DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique, pool_options,
-};
+pub use client::{Client, ClientBuilder, pool_options};
 pub use confirm::CONFIRM_FOR;
+pub use db::{BULK_CHUNK, COPY_MIN};
 pub use error::{Error, Result};
 pub use handle::JobHandle;
-pub use inspect::{JobFilter, QueueStats};
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
 pub use maintenance::periodic::{Missed, Periodic};
 pub use maintenance::pruner::Retention;
 #[cfg(feature = "metrics")]
 pub use metrics::Metrics;
 pub use migrate::{migrate, migrate_schema};
+pub use records::{JobFailure, JobFilter, QueueStats, WorkflowRun, WorkflowState};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 /// The sqlx this crate is built with: share a pool or a transaction with
 /// Conveyor through `conveyor::sqlx` and the versions always match.
 pub use sqlx;
-pub use task::{Failure, Task, TaskContext, TaskError};
+pub use task::{
+    DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_BASE, Failure, NewJob, Task,
+    TaskContext, TaskError, Unique,
+};
 pub use worker::{
     BOOKKEEPING_CONNECTIONS, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ENV_VARS,
     ShutdownReport, Worker, WorkerBuilder, WorkerHandle, WorkerHealth, WorkerTask,
 };
-pub use workflow::{
-    Chain, Chord, Group, GroupHandle, JobFailure, PipedJob, Workflow, WorkflowHandle, WorkflowRun,
-    WorkflowState,
-};
+pub use workflow::{Chain, Chord, Group, GroupHandle, PipedJob, Workflow, WorkflowHandle};

@@ -4,8 +4,19 @@
 use std::future::Future;
 use std::time::Duration;
 
+use backoff::ExponentialBackoff;
 use backoff::backoff::Backoff;
 use tokio::task::JoinHandle;
+
+/// Backoff between reconnection attempts: 50 ms doubling to 5 s, forever.
+pub(crate) fn reconnect_backoff() -> ExponentialBackoff {
+    ExponentialBackoff {
+        initial_interval: Duration::from_millis(50),
+        max_interval: Duration::from_secs(5),
+        max_elapsed_time: None,
+        ..ExponentialBackoff::default()
+    }
+}
 
 /// Aborts its task when dropped (a plain `JoinHandle` detaches instead).
 pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
@@ -48,7 +59,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = T> + Send + 'static,
 {
-    let mut backoff = crate::notify::reconnect_backoff();
+    let mut backoff = reconnect_backoff();
     loop {
         let started = tokio::time::Instant::now();
         let mut task = AbortOnDrop(tokio::spawn(make()));

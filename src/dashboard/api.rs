@@ -16,7 +16,7 @@ use super::AppState;
 use crate::db::dashboard::{self as sql, Cursor, JobPage, JobSummary};
 use crate::error::Error;
 use crate::job::{Job, JobId, JobState};
-use crate::workflow::WorkflowRun;
+use crate::records::WorkflowRun;
 
 /// Finished jobs per state are counted up to this many in the overview.
 const TOTALS_CAP: i64 = 10_000;

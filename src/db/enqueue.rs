@@ -9,6 +9,13 @@ use super::Queries;
 use crate::error::{Error, Result};
 use crate::job::JobId;
 
+/// Jobs per insert statement in bulk enqueue.
+pub const BULK_CHUNK: usize = 5_000;
+
+/// From this many jobs, `Client::enqueue_many` streams jobs that are due
+/// now (no ETA, no delay, not unique) with COPY.
+pub const COPY_MIN: usize = 1_000;
+
 /// A job to insert, with every option resolved.
 #[derive(Debug, Clone)]
 pub(crate) struct InsertRow {
@@ -101,7 +108,7 @@ async fn insert_jobs(
         .collect())
 }
 
-/// Inserts `rows` on `conn`, one statement per [`crate::BULK_CHUNK`] rows, and
+/// Inserts `rows` on `conn`, one statement per [`BULK_CHUNK`] rows, and
 /// says of each, in input order, whether it was inserted. A job that was not
 /// (its id existed, or came earlier in `rows`) is checked to exist with a
 /// fresh snapshot, in one more statement: an id that the insert found taken
@@ -113,7 +120,7 @@ pub(crate) async fn insert_all(
     rows: &[InsertRow],
 ) -> Result<Vec<Inserted>> {
     let mut out = Vec::with_capacity(rows.len());
-    for chunk in rows.chunks(crate::BULK_CHUNK) {
+    for chunk in rows.chunks(BULK_CHUNK) {
         out.extend(insert_jobs(conn, q, chunk).await?);
     }
     let skipped: Vec<JobId> = out

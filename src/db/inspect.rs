@@ -34,7 +34,7 @@ pub(crate) async fn fetch_state<'e>(
 pub(crate) async fn list_jobs<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
-    f: &crate::inspect::JobFilter,
+    f: &crate::records::JobFilter,
 ) -> Result<Vec<Job>> {
     Ok(sqlx::query_as::<_, Job>(q.list_jobs)
         .bind(f.queue.as_deref())
@@ -51,7 +51,7 @@ pub(crate) async fn list_jobs<'e>(
 pub(crate) async fn queue_stats<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
-) -> Result<Vec<crate::inspect::QueueStats>> {
+) -> Result<Vec<crate::records::QueueStats>> {
     Ok(sqlx::query_as(q.queue_stats).fetch_all(exec).await?)
 }
 

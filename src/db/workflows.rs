@@ -16,7 +16,7 @@ pub(crate) async fn fetch_workflow<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     id: uuid::Uuid,
-) -> Result<Option<crate::workflow::WorkflowRun>> {
+) -> Result<Option<crate::records::WorkflowRun>> {
     Ok(sqlx::query_as(q.fetch_workflow)
         .bind(id)
         .fetch_optional(exec)

@@ -13,13 +13,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
-use crate::client::{Client, NewJob};
+use crate::client::Client;
 use crate::db;
 #[cfg(feature = "cron")]
 use crate::error::Error;
 use crate::error::Result;
 use crate::job::job_id_from_key;
 use crate::supervise::Checkpoint;
+use crate::task::NewJob;
 
 /// What a new leader does about slots that passed while no process led.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -101,3 +101,12 @@ pub(crate) async fn run(
         }
     }
 }
+
+impl Client {
+    /// Deletes finished jobs older than `retention` allows, now (workers do
+    /// this periodically, see [`crate::WorkerBuilder::retention`]). Returns
+    /// how many jobs were deleted.
+    pub async fn prune(&self, retention: &Retention) -> Result<u64> {
+        prune(self, retention).await
+    }
+}

@@ -86,9 +86,9 @@ pub fn context(task: &str) -> TaskContext {
     TaskContext {
         id: uuid::Uuid::now_v7(),
         task: task.to_string(),
-        queue: crate::client::DEFAULT_QUEUE.to_string(),
+        queue: crate::task::DEFAULT_QUEUE.to_string(),
         attempt: 1,
-        max_retries: crate::client::DEFAULT_MAX_RETRIES,
+        max_retries: crate::task::DEFAULT_MAX_RETRIES,
         headers: Value::Object(Default::default()),
         worker_id: "inline".to_string(),
         cancel: tokio_util::sync::CancellationToken::new(),

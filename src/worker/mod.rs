@@ -109,7 +109,7 @@ impl Worker {
     pub fn builder(client: &Client) -> WorkerBuilder {
         WorkerBuilder {
             client: client.clone(),
-            queues: vec![crate::client::DEFAULT_QUEUE.to_string()],
+            queues: vec![crate::task::DEFAULT_QUEUE.to_string()],
             weights: None,
             concurrency: DEFAULT_CONCURRENCY,
             max_claim: 1_000,

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::db;
 use crate::job::JobState;
-use crate::notify::reconnect_backoff;
+use crate::supervise::reconnect_backoff;
 use crate::worker::executor;
 use crate::worker::handler::Handler;
 use crate::worker::health::WorkerTask;

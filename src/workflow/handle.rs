@@ -11,7 +11,7 @@ use crate::db;
 use crate::error::{Error, Result};
 use crate::handle::{JobHandle, wait_until};
 use crate::job::JobId;
-use crate::workflow::{WorkflowRun, WorkflowState};
+use crate::records::{WorkflowRun, WorkflowState};
 
 async fn run(client: &Client, id: uuid::Uuid) -> Result<WorkflowRun> {
     let inner = &client.inner;

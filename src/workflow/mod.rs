@@ -24,105 +24,16 @@ mod handle;
 
 use std::marker::PhantomData;
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::client::{Client, NewJob};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::job::JobId;
+use crate::task::NewJob;
 use crate::task::Task;
 
+use crate::records::JobFailure;
 pub use handle::{GroupHandle, WorkflowHandle};
-
-/// What an error callback receives: the error message first (machinery's
-/// convention), then which job failed, then the callback's own arguments.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct JobFailure<A = Value> {
-    /// The failed job's last error.
-    pub error: String,
-    /// The failed job.
-    pub job_id: JobId,
-    /// The failed job's task name.
-    pub task: String,
-    /// The callback's own arguments (`null` when it was given none).
-    pub args: A,
-}
-
-/// Whether a workflow is still going.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WorkflowState {
-    /// Members or steps are still to finish.
-    Running,
-    /// Done: every member (group), the callback (chord) or the last step (chain) succeeded.
-    Success,
-    /// A member or step failed for good.
-    Failure,
-}
-
-/// A row of `conveyor.workflows`: a workflow's progress.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct WorkflowRun {
-    /// Workflow id.
-    pub id: uuid::Uuid,
-    /// `chain`, `group` or `chord`.
-    pub kind: String,
-    /// Running, success or failure.
-    pub state: WorkflowState,
-    /// The enclosing workflow (a chord that is a chain step).
-    pub parent_id: Option<uuid::Uuid>,
-    /// Members (group, chord) or steps (chain).
-    pub total: i32,
-    /// Members or steps that succeeded.
-    pub succeeded: i32,
-    /// Members or steps that failed for good.
-    pub failed: i32,
-    /// The job whose result is the workflow's (chain: last step; chord: callback).
-    pub result_job_id: Option<JobId>,
-    /// The error that made it fail.
-    pub error: Option<String>,
-    /// The job that made it fail.
-    pub failed_job_id: Option<JobId>,
-    /// When it was enqueued.
-    pub created_at: DateTime<Utc>,
-    /// When it succeeded or failed.
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
-impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for WorkflowRun {
-    fn from_row(row: &'r sqlx::postgres::PgRow) -> std::result::Result<Self, sqlx::Error> {
-        use sqlx::Row;
-        let state: String = row.try_get("state")?;
-        let state = match state.as_str() {
-            "running" => WorkflowState::Running,
-            "success" => WorkflowState::Success,
-            "failure" => WorkflowState::Failure,
-            other => {
-                return Err(sqlx::Error::ColumnDecode {
-                    index: "state".into(),
-                    source: format!("unknown workflow state `{other}`").into(),
-                });
-            }
-        };
-        Ok(WorkflowRun {
-            id: row.try_get("id")?,
-            kind: row.try_get("kind")?,
-            state,
-            parent_id: row.try_get("parent_id")?,
-            total: row.try_get("total")?,
-            succeeded: row.try_get("succeeded")?,
-            failed: row.try_get("failed")?,
-            result_job_id: row.try_get("result_job_id")?,
-            error: row.try_get("error")?,
-            failed_job_id: row.try_get("failed_job_id")?,
-            created_at: row.try_get("created_at")?,
-            finished_at: row.try_get("finished_at")?,
-        })
-    }
-}
 
 /// Something [`Client::enqueue_workflow`] can enqueue: a [`Chain`], a
 /// [`Group`] or a [`Chord`].

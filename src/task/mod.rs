@@ -8,8 +8,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::client::NewJob;
+mod new_job;
+
 use crate::job::JobId;
+pub use new_job::{DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique};
 
 /// A task type: its name, argument and output types, per-task defaults, and
 /// the async handler that runs it.
@@ -40,9 +42,9 @@ pub trait Task: Send + Sync + 'static {
     /// The registered name, stored in `conveyor.jobs.task`.
     const NAME: &'static str;
     /// Default queue for jobs of this task.
-    const QUEUE: &'static str = crate::client::DEFAULT_QUEUE;
+    const QUEUE: &'static str = DEFAULT_QUEUE;
     /// Default number of retries after the first attempt.
-    const MAX_RETRIES: u32 = crate::client::DEFAULT_MAX_RETRIES;
+    const MAX_RETRIES: u32 = DEFAULT_MAX_RETRIES;
     /// Default time limit of one attempt (`None`: the worker's default).
     const TIMEOUT: Option<Duration> = None;
 

@@ -1,0 +1,114 @@
+//! LISTEN on a dedicated session connection (LISTEN needs a session; a
+//! pooled connection could be handed to someone else), rebuilt with
+//! exponential backoff when the database goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backoff::backoff::Backoff;
+use sqlx::PgPool;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::supervise::reconnect_backoff;
+
+/// What a listener reports.
+pub(crate) enum ListenEvent<'a> {
+    /// A notification arrived.
+    Notification { channel: &'a str, payload: &'a str },
+    /// Listening (re)started: notifications sent while it was down are lost,
+    /// so whoever relies on them should look at the database again.
+    Gap,
+}
+
+/// A pool of one connection with the same settings as `pool`, kept for LISTEN.
+fn dedicated_pool(pool: &PgPool) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(10))
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+async fn connect(pool: &PgPool, channels: &[&str]) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.ignore_pool_close_event(true);
+    listener.listen_all(channels.iter().copied()).await?;
+    Ok(listener)
+}
+
+/// Listens on `channels` until the returned task is aborted. `ready` turns
+/// true once the first LISTEN is in place. Errors never end the task: it
+/// reconnects with backoff and reports a [`ListenEvent::Gap`]. If `on_event`
+/// panics, the listener is restarted (`on_panic` hears of it) with a fresh
+/// clone of `on_event`, and reports a gap.
+pub(crate) fn spawn_listener<E>(
+    pool: &PgPool,
+    channels: Vec<&'static str>,
+    on_event: E,
+    on_panic: impl FnMut(&str) + Send + 'static,
+) -> (JoinHandle<()>, watch::Receiver<bool>)
+where
+    E: FnMut(ListenEvent<'_>) + Clone + Send + 'static,
+{
+    let pool = dedicated_pool(pool);
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let ready_tx = Arc::new(ready_tx);
+    let task = tokio::spawn(crate::supervise::supervise(
+        "listener",
+        move || {
+            listen(
+                pool.clone(),
+                channels.clone(),
+                on_event.clone(),
+                ready_tx.clone(),
+            )
+        },
+        on_panic,
+    ));
+    (task, ready_rx)
+}
+
+async fn listen(
+    pool: PgPool,
+    channels: Vec<&'static str>,
+    mut on_event: impl FnMut(ListenEvent<'_>),
+    ready: Arc<watch::Sender<bool>>,
+) {
+    let mut backoff = reconnect_backoff();
+    loop {
+        let mut listener = match connect(&pool, &channels).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
+                tracing::warn!(%error, ?wait, "conveyor: cannot LISTEN, retrying");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        ready.send_replace(true);
+        on_event(ListenEvent::Gap);
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(notification)) => {
+                    backoff.reset();
+                    on_event(ListenEvent::Notification {
+                        channel: notification.channel(),
+                        payload: notification.payload(),
+                    });
+                }
+                // The connection dropped and was re-established (LISTEN included).
+                Ok(None) => on_event(ListenEvent::Gap),
+                Err(error) => {
+                    tracing::warn!(%error, "conveyor: LISTEN connection lost");
+                    break;
+                }
+            }
+        }
+        drop(listener);
+        tokio::time::sleep(backoff.next_backoff().unwrap_or(Duration::from_secs(5))).await;
+    }
+}
