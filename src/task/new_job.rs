@@ -249,7 +249,7 @@ impl<O> NewJob<O> {
     /// The spec of this job as a callback; `pass_result` makes it receive
     /// the result (success callbacks) or a `JobFailure` (error callbacks).
     pub(crate) fn callback_spec(mut self, pass_result: bool) -> Result<Value> {
-        self.check()?;
+        self.check_follow_up()?;
         self.pass_result |= pass_result;
         let id = self.id.unwrap_or_else(uuid::Uuid::now_v7);
         Ok(self.spec_with_id(id, None, None))
@@ -280,6 +280,22 @@ impl<O> NewJob<O> {
             "on_success": self.on_success,
             "on_error": self.on_error,
         })
+    }
+
+    /// [`NewJob::check`] for a job inserted from a spec: a callback, a chain
+    /// step, a group or chord member or a chord's callback. Such a job cannot
+    /// be unique (yet): refused, rather than silently enqueued without its
+    /// key.
+    pub(crate) fn check_follow_up(&self) -> Result<()> {
+        self.check()?;
+        if self.unique.is_some() {
+            return Err(Error::InvalidJob(format!(
+                "task `{}`: .unique() works on jobs enqueued directly, not on callbacks or \
+                 workflow members and steps",
+                self.task
+            )));
+        }
+        Ok(())
     }
 
     /// Fails with [`Error::InvalidJob`] if the job cannot be stored as

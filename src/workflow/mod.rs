@@ -132,7 +132,7 @@ impl<M> Group<M> {
                 "a group needs at least one member".into(),
             ));
         }
-        self.members.iter().try_for_each(NewJob::check)
+        self.members.iter().try_for_each(NewJob::check_follow_up)
     }
 
     /// Member specs, with their ids.
@@ -204,7 +204,7 @@ impl<O> Chord<O> {
         continuation: Option<Value>,
     ) -> Result<(Value, JobId)> {
         self.group.check()?;
-        self.callback.check()?;
+        self.callback.check_follow_up()?;
         let id = new_id();
         let callback_id = job_id(&self.callback);
         let mut callback = self.callback;
@@ -364,7 +364,7 @@ impl<O> Workflow for Chain<O> {
         for (index, step) in self.steps.into_iter().enumerate().rev() {
             let spec = match step {
                 Step::Job(mut job) => {
-                    job.check()?;
+                    job.check_follow_up()?;
                     let job_id = job_id(&job);
                     result_job_id.get_or_insert(job_id);
                     if let Some(next) = next.take() {

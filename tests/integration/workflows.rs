@@ -563,3 +563,44 @@ async fn a_cancelled_member_given_back_at_shutdown_ends_its_workflow() {
     assert_eq!(progress.state, WorkflowState::Failure);
     assert_eq!(progress.failed_job_id, Some(member));
 }
+
+/// `.unique()` is not carried by the specs follow-ups are inserted from, so
+/// it is refused there instead of silently dropped.
+#[tokio::test]
+async fn unique_on_a_callback_step_or_member_is_refused_and_nothing_is_written() {
+    let db = TestDb::new().await;
+    let unique = || Inc::job(1).unique(conveyor::Unique::UntilFinished);
+    let refused = |err: conveyor::Error| {
+        assert!(
+            matches!(&err, conveyor::Error::InvalidJob(m) if m.contains(".unique()")),
+            "{err:?}"
+        );
+    };
+    refused(
+        db.client
+            .enqueue(Inc::job(1).on_success_job(unique()))
+            .await
+            .unwrap_err(),
+    );
+    refused(
+        db.client
+            .enqueue_workflow(Chain::new(Inc::job(1)).then_job(unique()))
+            .await
+            .unwrap_err(),
+    );
+    refused(
+        db.client
+            .enqueue_workflow(Group::new([Inc::job(1), unique()]))
+            .await
+            .unwrap_err(),
+    );
+    refused(
+        db.client
+            .enqueue_workflow(Group::new([Inc::job(1)]).then_job(unique()))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(count_jobs(&db.pool, "true").await, 0);
+    // Directly, it works.
+    db.client.enqueue(unique()).await.unwrap();
+}
