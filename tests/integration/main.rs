@@ -12,6 +12,7 @@ mod enqueue;
 mod faults;
 mod group_commit;
 mod guarantees;
+mod insert_paths;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod migrate;

@@ -1,0 +1,167 @@
+//! Every way into `conveyor.jobs` stores the same row for the same job: one
+//! enqueue, in the caller's transaction, a bulk statement, COPY, concurrent
+//! calls merged by group commit, a unique job, a workflow member, a success
+//! callback, and `conveyor.enqueue()` in SQL. Compared column by column.
+
+use std::time::Duration;
+
+use conveyor::{Group, NewJob, Unique, Worker};
+use serde_json::{Value, json};
+
+use crate::common::{TestDb, WAIT, eventually};
+
+/// Columns that describe the job as enqueued (not ids, times, or the
+/// workflow it belongs to).
+const COLUMNS: &str = "queue, task, args, headers, state, priority, max_retries, \
+     retry_backoff_base::text AS retry_backoff_base, timeout::text AS timeout, attempt, \
+     errors, on_success, on_error, result, last_error, cancel_requested_at, \
+     (run_at - created_at < interval '5 seconds') AS due_at_once";
+
+fn spec() -> NewJob {
+    NewJob::new(
+        "copy",
+        json!({ "text": "a\tb\\c \"q\" żółw", "n": [1, 2.5, null] }),
+    )
+    .queue("paths")
+    .priority(3)
+    .max_retries(4)
+    .retry_backoff_base(Duration::from_millis(2500))
+    .timeout(Duration::from_secs(45))
+    .header("tenant", json!("acme"))
+}
+
+async fn row(db: &TestDb, id: uuid::Uuid) -> Value {
+    let sql =
+        format!("SELECT to_jsonb(t) FROM (SELECT {COLUMNS} FROM conveyor.jobs WHERE id = $1) t");
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("job {id}: {e}"))
+}
+
+#[tokio::test]
+async fn every_enqueue_path_stores_the_same_row() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let mut paths: Vec<(&str, uuid::Uuid)> = Vec::new();
+
+    paths.push(("enqueue", c.enqueue(spec()).await.unwrap().id()));
+    let mut tx = db.pool.begin().await.unwrap();
+    let id = c.enqueue_tx(&mut tx, spec()).await.unwrap().id();
+    tx.commit().await.unwrap();
+    paths.push(("enqueue_tx", id));
+    let few = c.enqueue_many(vec![spec(), spec()]).await.unwrap();
+    paths.push(("enqueue_many (one statement)", few[1].id()));
+    let copied = c
+        .enqueue_many((0..conveyor::COPY_MIN).map(|_| spec()).collect())
+        .await
+        .unwrap();
+    paths.push(("enqueue_many (COPY)", copied[7].id()));
+    let concurrent: Vec<_> = (0..16)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.enqueue(spec()).await.unwrap().id() })
+        })
+        .collect();
+    for task in concurrent {
+        paths.push(("concurrent enqueue (group commit)", task.await.unwrap()));
+    }
+    let unique = c
+        .enqueue(spec().unique(Unique::For(Duration::from_secs(60))))
+        .await
+        .unwrap();
+    paths.push(("unique enqueue", unique.id()));
+    let group = c
+        .enqueue_workflow(Group::new([spec(), spec()]))
+        .await
+        .unwrap();
+    let member: uuid::Uuid = sqlx::query_scalar(
+        "SELECT id FROM conveyor.jobs WHERE workflow_id = $1 ORDER BY workflow_index LIMIT 1",
+    )
+    .bind(group.id())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    paths.push(("group member (conveyor.spawn)", member));
+    let sql: uuid::Uuid = sqlx::query_scalar(
+        "SELECT conveyor.enqueue('copy', $1, queue => 'paths', priority => 3, max_retries => 4,
+                retry_backoff_base => interval '2.5 seconds', timeout => interval '45 seconds',
+                headers => '{\"tenant\": \"acme\"}')",
+    )
+    .bind(spec_args())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    paths.push(("conveyor.enqueue() in SQL", sql));
+
+    // A success callback, inserted by conveyor.after_finish() when its parent
+    // succeeds (on another queue, so nothing else runs).
+    let callback_id = uuid::Uuid::now_v7();
+    let parent = c
+        .enqueue(
+            NewJob::new("parent", json!({}))
+                .queue("parents")
+                .on_success_job(spec().id(callback_id)),
+        )
+        .await
+        .unwrap();
+    let worker = Worker::builder(c)
+        .queues(["parents"])
+        .register_fn("parent", |_, _| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    parent.wait(WAIT).await.unwrap();
+    worker.shutdown(WAIT).await.unwrap();
+    eventually(WAIT, "the callback inserted", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.jobs WHERE id = $1")
+            .bind(callback_id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        (n == 1).then_some(())
+    })
+    .await;
+    paths.push(("success callback (conveyor.after_finish)", callback_id));
+
+    let expected = row(&db, paths[0].1).await;
+    assert_eq!(expected["args"], spec_args());
+    assert_eq!(expected["state"], json!("pending"));
+    let mut differ = Vec::new();
+    for (path, id) in &paths[1..] {
+        let got = row(&db, *id).await;
+        for (column, value) in expected.as_object().into_iter().flatten() {
+            if got.get(column) != Some(value) {
+                differ.push(format!(
+                    "{path}: {column} = {} where enqueue stored {value}",
+                    got.get(column).unwrap_or(&Value::Null)
+                ));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+
+    // Unique keys: the same key whichever way the unique job came in.
+    let (stored_key, default_key): (Option<String>, String) = sqlx::query_as(
+        "SELECT j.unique_key, conveyor.unique_key(j.queue, j.task, j.args)
+         FROM conveyor.jobs j WHERE j.id = $1",
+    )
+    .bind(unique.id())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let holder: Option<uuid::Uuid> =
+        sqlx::query_scalar("SELECT job_id FROM conveyor.unique_keys WHERE key = $1")
+            .bind(&default_key)
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        stored_key.as_deref() == Some(default_key.as_str()) || holder == Some(unique.id()),
+        "the unique job holds its default key: stored {stored_key:?}, unique_keys {holder:?}"
+    );
+}
+
+fn spec_args() -> Value {
+    json!({ "text": "a\tb\\c \"q\" żółw", "n": [1, 2.5, null] })
+}
