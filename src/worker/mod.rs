@@ -11,6 +11,7 @@
 mod completer;
 mod config;
 mod executor;
+mod handle;
 mod handler;
 mod health;
 mod heartbeat;
@@ -25,15 +26,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::PgPool;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::maintenance::periodic::Periodic;
 use crate::maintenance::pruner::Retention;
 use crate::task::{Task, TaskContext, TaskError};
 pub use config::ENV_VARS;
+pub use handle::{ShutdownReport, WorkerHandle};
 use handler::{FnHandler, Handler, TypedHandler};
 pub use health::{WorkerHealth, WorkerTask};
 
@@ -239,7 +239,7 @@ impl WorkerBuilder {
     /// Overrides settings from environment variables (see [`ENV_VARS`]):
     /// `CONVEYOR_QUEUES=critical=6,default=3,low=1`, `CONVEYOR_CONCURRENCY=50`,
     /// `CONVEYOR_LEASE_SECS=30`, `CONVEYOR_RETAIN_SUCCESS_SECS=86400`…
-    /// Fails with [`Error::Config`] naming the variable on a bad value.
+    /// Fails with [`crate::Error::Config`] naming the variable on a bad value.
     pub fn from_env(self) -> Result<Self> {
         config::apply(self, |name| std::env::var(name).ok())
     }
@@ -309,99 +309,4 @@ fn default_worker_id() -> String {
         .unwrap_or_else(|| "localhost".to_string());
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &random[..8])
-}
-
-/// What a graceful shutdown did with the jobs still running at its deadline.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct ShutdownReport {
-    /// Jobs given back as pending (no attempt spent).
-    pub released: usize,
-    /// Jobs that could not be given back (database unreachable); they run
-    /// again when their leases expire.
-    pub unreleased: Vec<crate::JobId>,
-}
-
-/// A running worker. Dropping it without [`WorkerHandle::shutdown`] stops
-/// the worker abruptly (jobs return when their leases expire).
-#[derive(Debug)]
-pub struct WorkerHandle {
-    worker_id: Arc<str>,
-    shutdown: watch::Sender<bool>,
-    grace: watch::Sender<Duration>,
-    health: Arc<health::Health>,
-    task: Option<JoinHandle<ShutdownReport>>,
-}
-
-impl WorkerHandle {
-    /// The worker's id (`worker_id` of the jobs it holds).
-    pub fn id(&self) -> &str {
-        &self.worker_id
-    }
-
-    /// How the worker's background tasks are doing: restarts after a panic,
-    /// leases lost, jobs that could not be decoded.
-    pub fn health(&self) -> WorkerHealth {
-        self.health.snapshot()
-    }
-
-    /// Test hook: makes background task `task` panic at its next round, to
-    /// check that it is restarted. Not for production use.
-    #[doc(hidden)]
-    pub fn inject_panic(&self, task: WorkerTask) {
-        self.health.inject_panic(task);
-    }
-
-    /// Stops claiming, lets running jobs finish for up to `grace`, then aborts
-    /// the rest and puts them back as pending without spending an attempt.
-    /// Outcomes already produced are written before this returns.
-    pub async fn shutdown(mut self, grace: Duration) -> Result<ShutdownReport> {
-        self.grace.send_replace(grace);
-        self.shutdown.send_replace(true);
-        match self.task.take() {
-            Some(task) => task
-                .await
-                .map_err(|e| Error::Config(format!("worker task failed: {e}"))),
-            None => Ok(ShutdownReport::default()),
-        }
-    }
-
-    /// Runs until SIGINT (Ctrl-C) or SIGTERM, then shuts down with `grace`.
-    pub async fn run_until_signal(self, grace: Duration) -> Result<ShutdownReport> {
-        shutdown_signal().await;
-        tracing::info!("conveyor: shutting down on signal");
-        self.shutdown(grace).await
-    }
-}
-
-impl Drop for WorkerHandle {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            self.shutdown.send_replace(true);
-            task.abort();
-        }
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
