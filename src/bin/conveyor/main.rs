@@ -3,167 +3,17 @@
 //! Every command takes `--database-url` (or `DATABASE_URL`) and `--json` for
 //! scripts; without `--json` it prints tables for people.
 
+mod args;
 mod output;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use args::{Cli, Command, DashboardArgs, Filter, JobsCommand, QueueCommand, Targets};
+use clap::Parser;
 use conveyor::{Client, JobFilter, JobId, JobState, NewJob};
 use serde_json::{Value, json};
-
-#[derive(Parser)]
-#[command(
-    name = "conveyor",
-    version,
-    about = "Inspect and steer a Conveyor job queue in PostgreSQL"
-)]
-struct Cli {
-    /// PostgreSQL URL.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres",
-        global = true
-    )]
-    database_url: String,
-    /// Schema holding Conveyor's tables.
-    #[arg(
-        long,
-        env = "CONVEYOR_SCHEMA",
-        default_value = "conveyor",
-        global = true
-    )]
-    schema: String,
-    /// Print JSON instead of tables.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Create or upgrade Conveyor's schema (idempotent).
-    Migrate,
-    /// Per queue: jobs by state, oldest pending age, throughput, paused.
-    Stats,
-    /// List or show jobs.
-    #[command(subcommand)]
-    Jobs(JobsCommand),
-    /// Re-queue failed or cancelled jobs (attempts reset, history kept).
-    Retry(Targets),
-    /// Cancel jobs (queued ones at once; running ones through their worker).
-    Cancel(Targets),
-    /// Delete jobs (running ones are skipped: cancel them first).
-    Delete(Targets),
-    /// Pause or resume a queue for every worker.
-    #[command(subcommand)]
-    Queue(QueueCommand),
-    /// Serve Prometheus metrics on http://BIND/metrics.
-    Metrics {
-        /// Address to listen on (loopback by default).
-        #[arg(long, default_value = "127.0.0.1:9090")]
-        bind: String,
-    },
-    /// Serve the web dashboard on http://BIND/ (queues, jobs, actions).
-    Dashboard(DashboardArgs),
-    /// Enqueue a job.
-    Enqueue {
-        /// Task name.
-        name: String,
-        /// Arguments, as JSON.
-        #[arg(long, default_value = "{}")]
-        args: String,
-        /// Queue.
-        #[arg(long, default_value = conveyor::DEFAULT_QUEUE)]
-        queue: String,
-        /// Seconds to wait before it may run.
-        #[arg(long)]
-        delay: Option<f64>,
-        /// Priority (higher runs first).
-        #[arg(long, default_value_t = 0)]
-        priority: i32,
-    },
-}
-
-#[derive(Args)]
-struct DashboardArgs {
-    /// Address to listen on. A non-loopback address needs --token or
-    /// --basic-auth (or --allow-insecure).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    bind: String,
-    /// Require this token: `Authorization: Bearer TOKEN`, or open
-    /// http://BIND/?token=TOKEN once in a browser (sets a session cookie).
-    #[arg(long, env = "CONVEYOR_DASHBOARD_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// Accept HTTP basic authentication as USER:PASSWORD.
-    #[arg(long, env = "CONVEYOR_DASHBOARD_BASIC_AUTH", hide_env_values = true)]
-    basic_auth: Option<String>,
-    /// Show everything, change nothing: actions answer 403 and are hidden.
-    #[arg(long)]
-    read_only: bool,
-    /// Serve a non-loopback address without authentication (e.g. behind an
-    /// authenticating proxy).
-    #[arg(long)]
-    allow_insecure: bool,
-}
-
-#[derive(Subcommand)]
-enum JobsCommand {
-    /// Jobs, newest first.
-    List(Filter),
-    /// One job: args, result, every attempt's error, timeline, workflow.
-    Show {
-        /// Job id.
-        id: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum QueueCommand {
-    /// Stop claims from the queue (running jobs finish).
-    Pause { queue: String },
-    /// Claim from the queue again.
-    Resume { queue: String },
-}
-
-#[derive(Args, Clone, Default)]
-struct Filter {
-    /// Only this queue.
-    #[arg(long)]
-    queue: Option<String>,
-    /// Only this state (pending, scheduled, started, retry, success, failure, cancelled).
-    #[arg(long)]
-    state: Option<String>,
-    /// Only this task.
-    #[arg(long)]
-    task: Option<String>,
-    /// Only jobs enqueued at or after this time (RFC 3339).
-    #[arg(long)]
-    since: Option<String>,
-    /// Only jobs enqueued before this time (RFC 3339).
-    #[arg(long)]
-    until: Option<String>,
-    /// Only jobs older than this id (paging).
-    #[arg(long)]
-    before: Option<String>,
-    /// At most this many.
-    #[arg(long, default_value_t = 50)]
-    limit: i64,
-}
-
-#[derive(Args)]
-struct Targets {
-    /// Job ids; or none, and a filter.
-    ids: Vec<String>,
-    #[command(flatten)]
-    filter: Filter,
-    /// Do not ask for confirmation of a filter.
-    #[arg(long)]
-    yes: bool,
-}
 
 /// An error for the user: printed as one line, exit code 1.
 struct Failure(String);
