@@ -71,7 +71,13 @@ async fn every_enqueue_path_stores_the_same_row() {
         .enqueue(spec().unique(Unique::For(Duration::from_secs(60))))
         .await
         .unwrap();
-    paths.push(("unique enqueue", unique.id()));
+    paths.push(("unique enqueue, for a TTL", unique.id()));
+    let until_finished = c
+        .enqueue(spec().unique(Unique::UntilFinished))
+        .await
+        .unwrap();
+    assert!(!until_finished.is_duplicate());
+    paths.push(("unique enqueue, until finished", until_finished.id()));
     let group = c
         .enqueue_workflow(Group::new([spec(), spec()]))
         .await
@@ -141,25 +147,29 @@ async fn every_enqueue_path_stores_the_same_row() {
     }
     assert!(differ.is_empty(), "{differ:#?}");
 
-    // Unique keys: the same key whichever way the unique job came in.
-    let (stored_key, default_key): (Option<String>, String) = sqlx::query_as(
-        "SELECT j.unique_key, conveyor.unique_key(j.queue, j.task, j.args)
-         FROM conveyor.jobs j WHERE j.id = $1",
-    )
-    .bind(unique.id())
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    // Unique keys: both scopes store the default key (a hash of queue, task
+    // and args) on the row; the TTL one also holds it in unique_keys.
+    let default_key: String = sqlx::query_scalar("SELECT conveyor.unique_key('paths', 'copy', $1)")
+        .bind(spec_args())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    for id in [unique.id(), until_finished.id()] {
+        let stored: Option<String> =
+            sqlx::query_scalar("SELECT unique_key FROM conveyor.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(stored.as_deref(), Some(default_key.as_str()), "job {id}");
+    }
     let holder: Option<uuid::Uuid> =
         sqlx::query_scalar("SELECT job_id FROM conveyor.unique_keys WHERE key = $1")
             .bind(&default_key)
             .fetch_optional(&db.pool)
             .await
             .unwrap();
-    assert!(
-        stored_key.as_deref() == Some(default_key.as_str()) || holder == Some(unique.id()),
-        "the unique job holds its default key: stored {stored_key:?}, unique_keys {holder:?}"
-    );
+    assert_eq!(holder, Some(unique.id()));
 }
 
 fn spec_args() -> Value {
