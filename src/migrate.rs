@@ -44,6 +44,7 @@ pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
 
 async fn apply(conn: &mut PgConnection, queries: &'static Queries) -> Result<Vec<i32>> {
     db::create_schema(conn, queries).await?;
+    db::apply_functions(conn, queries).await?;
     let mut migrations = Vec::new();
     for m in embedded::migrations::runner().get_migrations() {
         let sql = m.sql().unwrap_or_default();

@@ -1,1 +1,1 @@
-SELECT conveyor.after_finish($1::uuid[])
+SELECT conveyor_internal.after_finish($1::uuid[])

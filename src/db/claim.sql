@@ -32,7 +32,7 @@ SET state = 'started',
     attempt = least(j.attempt, 2147483646) + 1,
     -- A fresh fencing token, one per statement (an InitPlan: nextval runs
     -- once, not per row): a job is claimed at most once per statement, so
-    -- (id, lease_token) never repeats (see migrations/V10).
+    -- (id, lease_token) never repeats (see the sequence conveyor.lease_tokens).
     lease_token = (SELECT nextval('conveyor.lease_tokens')),
     started_at = now(),
     lease_expires_at = now() + make_interval(secs => $4),

@@ -5,7 +5,7 @@
 -- commit (outside this transaction, see migration V8): the finished ids, for
 -- one job_finished notification, and job_ready payloads for queues with
 -- retries or freed concurrency. Jobs that have follow-up work (workflow,
--- callbacks) are returned so the caller can run conveyor.after_finish() in
+-- callbacks) are returned so the caller can run conveyor_internal.after_finish() in
 -- the same transaction.
 WITH outcome AS (
     SELECT *
@@ -55,7 +55,7 @@ retrying AS (
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'retry') AS q
 )
 SELECT (SELECT coalesce(array_agg(id), '{}') FROM updated) AS updated,
-       -- Finished jobs of workflows or with callbacks: conveyor.after_finish() takes them next.
+       -- Finished jobs of workflows or with callbacks: conveyor_internal.after_finish() takes them next.
        (SELECT coalesce(array_agg(id), '{}') FROM updated WHERE follow_up AND state <> 'retry') AS follow_ups,
        -- For the caller to announce after commit (job_finished, job_ready).
        (SELECT string_agg(id::text, ',') FROM updated WHERE state <> 'retry') AS finished_ids,

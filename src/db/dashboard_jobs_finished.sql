@@ -5,7 +5,7 @@
 --
 -- The page's ids are found first, in order, from jobs_finished_idx (state,
 -- finished_at), or from jobs_finished_queue_idx / jobs_finished_task_idx
--- (V7) when a queue or task is given: those carry queue, task and id, so
+-- (migrations/V1__baseline.sql) when a queue or task is given: those carry queue, task and id, so
 -- even a queue-and-task pair that matches nothing is ruled out from the
 -- index alone. Then only the page's rows are read. A page costs about its
 -- own rows however many finished jobs are kept.

@@ -1,17 +1,17 @@
 -- Insert one job: insert_jobs.sql for a single row, as plain as a statement
 -- can be (bound values, no set-returning function), so that it costs the
--- least to plan and run. No row comes back when a job with this id exists:
--- the caller then checks that it exists. The insert trigger wakes idle workers at
--- commit.
+-- least to plan and run. The due time and first state follow the one rule,
+-- conveyor_internal.due_at() and initial_state() (inlined by the planner).
+-- No row comes back when a job with this id exists: the caller then checks
+-- that it exists. The insert trigger wakes idle workers at commit.
 INSERT INTO conveyor.jobs
     (id, queue, task, args, headers, state, priority, run_at,
      max_retries, retry_backoff_base, timeout, on_success, on_error)
 SELECT $1::uuid, $2::text, $3::text, $4::jsonb, $5::jsonb,
-       CASE WHEN due.at > statement_timestamp() THEN 'scheduled' ELSE 'pending' END,
+       conveyor_internal.initial_state(due.at),
        $6::int, due.at, $9::int, make_interval(secs => $10::float8),
        CASE WHEN $11::float8 IS NOT NULL THEN make_interval(secs => $11::float8) END,
        $12::jsonb, $13::jsonb
-FROM (SELECT coalesce($7::timestamptz,
-                      statement_timestamp() + make_interval(secs => coalesce($8::float8, 0))) AS at) AS due
+FROM (SELECT conveyor_internal.due_at($7::timestamptz, $8::float8) AS at) AS due
 ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
 RETURNING id

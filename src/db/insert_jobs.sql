@@ -3,13 +3,14 @@
 -- checks that those exist (existing_ids.sql). The statement is kept this
 -- plain on purpose: PostgreSQL then settles on a cached generic plan, where a
 -- join back to the input made it plan every call anew (0.2 ms, more than the
--- insert). The insert trigger sends one job_ready notification per queue,
--- delivered at commit.
+-- insert). Due time and first state: conveyor_internal.due_at() and
+-- initial_state(), the rule every way in applies. The insert trigger sends
+-- one job_ready notification per queue, delivered at commit.
 INSERT INTO conveyor.jobs
     (id, queue, task, args, headers, state, priority, run_at,
      max_retries, retry_backoff_base, timeout, on_success, on_error)
 SELECT t.id, t.queue, t.task, t.args, t.headers,
-       CASE WHEN due.at > statement_timestamp() THEN 'scheduled' ELSE 'pending' END,
+       conveyor_internal.initial_state(due.at),
        t.priority, due.at, t.max_retries,
        make_interval(secs => t.backoff_base_secs),
        CASE WHEN t.timeout_secs IS NOT NULL THEN make_interval(secs => t.timeout_secs) END,
@@ -19,9 +20,6 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[],
             $10::float8[], $11::float8[], $12::jsonb[], $13::jsonb[])
          AS t(id, queue, task, args, headers, priority, run_at, delay_secs,
               max_retries, backoff_base_secs, timeout_secs, on_success, on_error)
-     CROSS JOIN LATERAL (
-         SELECT coalesce(t.run_at, statement_timestamp()
-                                   + make_interval(secs => coalesce(t.delay_secs, 0))) AS at
-     ) AS due
+     CROSS JOIN LATERAL (SELECT conveyor_internal.due_at(t.run_at, t.delay_secs) AS at) AS due
 ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING
 RETURNING id

@@ -1,5 +1,5 @@
-//! What `crate::migrate` runs: its advisory lock, the schema, migration batches
-//! and refinery's history table.
+//! What `crate::migrate` runs: its advisory lock, the schemas, the function
+//! files, migration batches and refinery's history table.
 
 use sqlx::{PgConnection, Row};
 
@@ -25,6 +25,115 @@ pub(crate) async fn unlock_migrations(conn: &mut PgConnection, q: &Queries) -> R
 
 pub(crate) async fn create_schema(conn: &mut PgConnection, q: &Queries) -> Result<()> {
     sqlx::raw_sql(q.create_schema).execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Every PL/pgSQL and SQL function of the schema, one file each in
+/// `migrations/functions/` (file name = function name), applied by
+/// [`apply_functions`]. A test checks that the list and the directory agree.
+pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
+    (
+        "after_finish",
+        include_str!("../../migrations/functions/after_finish.sql"),
+    ),
+    (
+        "cancel",
+        include_str!("../../migrations/functions/cancel.sql"),
+    ),
+    (
+        "due_at",
+        include_str!("../../migrations/functions/due_at.sql"),
+    ),
+    (
+        "enqueue",
+        include_str!("../../migrations/functions/enqueue.sql"),
+    ),
+    (
+        "enqueue_unique",
+        include_str!("../../migrations/functions/enqueue_unique.sql"),
+    ),
+    (
+        "failure_args",
+        include_str!("../../migrations/functions/failure_args.sql"),
+    ),
+    (
+        "initial_state",
+        include_str!("../../migrations/functions/initial_state.sql"),
+    ),
+    (
+        "insert_job_specs",
+        include_str!("../../migrations/functions/insert_job_specs.sql"),
+    ),
+    (
+        "notify_job_ready",
+        include_str!("../../migrations/functions/notify_job_ready.sql"),
+    ),
+    (
+        "pause_queue",
+        include_str!("../../migrations/functions/pause_queue.sql"),
+    ),
+    (
+        "requeue",
+        include_str!("../../migrations/functions/requeue.sql"),
+    ),
+    (
+        "resume_queue",
+        include_str!("../../migrations/functions/resume_queue.sql"),
+    ),
+    (
+        "run_follow_ups",
+        include_str!("../../migrations/functions/run_follow_ups.sql"),
+    ),
+    (
+        "set_queue_limit",
+        include_str!("../../migrations/functions/set_queue_limit.sql"),
+    ),
+    (
+        "set_queue_rate_limit",
+        include_str!("../../migrations/functions/set_queue_rate_limit.sql"),
+    ),
+    (
+        "spawn",
+        include_str!("../../migrations/functions/spawn.sql"),
+    ),
+    (
+        "unique_key",
+        include_str!("../../migrations/functions/unique_key.sql"),
+    ),
+    (
+        "uuid_v7",
+        include_str!("../../migrations/functions/uuid_v7.sql"),
+    ),
+    (
+        "workflow_failed",
+        include_str!("../../migrations/functions/workflow_failed.sql"),
+    ),
+    (
+        "workflow_succeeded",
+        include_str!("../../migrations/functions/workflow_succeeded.sql"),
+    ),
+];
+
+/// (Re)creates every function of [`FUNCTIONS`] in one transaction, before
+/// the migrations run: each file is a `CREATE OR REPLACE`, so applying them
+/// again is harmless, and the body in the repository is the one the
+/// database runs. Bodies are not checked against the tables here
+/// (`check_function_bodies = off`, as `pg_dump` does): on a new database the
+/// functions come first, because the baseline's column default and trigger
+/// name two of them.
+pub(crate) async fn apply_functions(conn: &mut PgConnection, q: &Queries) -> Result<()> {
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    sqlx::query("SET LOCAL check_function_bodies = off")
+        .execute(&mut *tx)
+        .await?;
+    for (_, text) in FUNCTIONS {
+        let sql = super::in_schema(text, q.schema);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
     Ok(())
 }
 
@@ -64,4 +173,61 @@ pub(crate) async fn applied_migrations(
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FUNCTIONS;
+
+    /// The name a `CREATE OR REPLACE FUNCTION schema.name(` statement gives.
+    fn created(text: &str) -> Vec<String> {
+        let marker = "CREATE OR REPLACE FUNCTION ";
+        text.match_indices(marker)
+            .map(|(at, _)| {
+                let rest = &text[at + marker.len()..];
+                let name = &rest[..rest.find('(').unwrap_or(rest.len())];
+                name.rsplit('.').next().unwrap_or(name).to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_function_has_one_file_and_one_body() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/functions");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        let listed: Vec<String> = FUNCTIONS.iter().map(|(n, _)| format!("{n}.sql")).collect();
+        assert_eq!(
+            listed, files,
+            "FUNCTIONS and migrations/functions/ disagree"
+        );
+        for (name, text) in FUNCTIONS {
+            assert_eq!(
+                created(text),
+                vec![name.to_string()],
+                "{name}.sql must create {name} only"
+            );
+        }
+        // No other SQL in the repository defines a function.
+        let elsewhere = [
+            concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/src/db"),
+        ];
+        for dir in elsewhere {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "sql") {
+                    let text = std::fs::read_to_string(&path).unwrap().to_uppercase();
+                    assert!(
+                        !text.contains("CREATE FUNCTION") && !text.contains("REPLACE FUNCTION"),
+                        "{} defines a function; its home is migrations/functions/",
+                        path.display()
+                    );
+                }
+            }
+        }
+    }
 }

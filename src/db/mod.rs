@@ -7,7 +7,8 @@
 //! connection, or the caller's transaction). One module per area:
 //! `enqueue`, `claim`, `outcome` (what a claim's holder writes), `queues`,
 //! `inspect`, `workflows`, `maintenance`, `migrations`; this file holds the
-//! statement texts.
+//! statement texts. PL/pgSQL functions live in `migrations/functions/`, one
+//! file each (`migrations::FUNCTIONS`).
 
 mod claim;
 #[cfg(feature = "dashboard")]
@@ -41,7 +42,8 @@ pub(crate) use maintenance::{
     try_lead_periodic,
 };
 pub(crate) use migrations::{
-    applied_migrations, create_schema, execute_in_transaction, lock_migrations, unlock_migrations,
+    applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
+    unlock_migrations,
 };
 pub(crate) use outcome::{Lease, OutcomeRow, after_finish, complete, heartbeat, recorded, release};
 pub(crate) use queues::{QueueSetting, queue_limits, set_queue};
@@ -127,12 +129,14 @@ pub(crate) fn validate_schema(schema: &str) -> Result<()> {
     }
 }
 
-/// Rewrites `conveyor.` to `<schema>.` in a statement written for the default schema.
+/// Rewrites `conveyor.` to `<schema>.` and `conveyor_internal.` to
+/// `<schema>_internal.` in a statement written for the default schema.
 pub(crate) fn in_schema(sql: &str, schema: &str) -> String {
     if schema == DEFAULT_SCHEMA {
         sql.to_string()
     } else {
-        sql.replace("conveyor.", &format!("{schema}."))
+        sql.replace("conveyor_internal.", &format!("{schema}_internal."))
+            .replace("conveyor.", &format!("{schema}."))
     }
 }
 
@@ -189,7 +193,9 @@ impl Queries {
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
             periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
-            create_schema: leak(format!("CREATE SCHEMA IF NOT EXISTS {schema}")),
+            create_schema: leak(format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE SCHEMA IF NOT EXISTS {schema}_internal"
+            )),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
         cache.insert(schema.to_string(), queries);

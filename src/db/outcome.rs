@@ -22,7 +22,7 @@ pub(crate) struct OutcomeRow {
     pub error: Option<String>,
     pub retry_in_secs: Option<f64>,
     /// The job belongs to a workflow or has callbacks: its final outcome
-    /// needs `conveyor.after_finish()`.
+    /// needs `conveyor_internal.after_finish()`.
     pub follow_up: bool,
 }
 

@@ -2,7 +2,7 @@
 -- their (id, lease_token) and this worker's id: they become
 -- pending again and idle workers of their queues are woken. A job whose
 -- cancellation was asked for ends cancelled instead: waiters hear of it, and
--- its workflow and callbacks are returned for conveyor.after_finish(), which
+-- its workflow and callbacks are returned for conveyor_internal.after_finish(), which
 -- the caller runs in the same transaction.
 WITH released AS (
     UPDATE conveyor.jobs j SET

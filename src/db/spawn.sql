@@ -1,2 +1,2 @@
--- Materialise a workflow spec built by src/workflow (see migrations/V2__workflows.sql).
-SELECT conveyor.spawn($1::jsonb, NULL)
+-- Materialise a workflow spec built by src/workflow (migrations/functions/spawn.sql).
+SELECT conveyor_internal.spawn($1::jsonb, NULL)

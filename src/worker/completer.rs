@@ -266,7 +266,7 @@ fn refused(error: &Error) -> bool {
 }
 
 /// One attempt at writing a batch. Plain jobs: one statement. Jobs with
-/// follow-ups: the same statement plus `conveyor.after_finish()`, in one
+/// follow-ups: the same statement plus `conveyor_internal.after_finish()`, in one
 /// transaction, so next steps and callbacks exist exactly when the outcome does.
 /// Announcements (finished ids, retries) go out after the commit, without
 /// waiting for them: see [`crate::notify::Notifier`].

@@ -2,11 +2,11 @@
 //! Rust and enqueued atomically, also inside the caller's transaction.
 //!
 //! A workflow is turned into a tree of JSON "specs" with every job and
-//! workflow id chosen up front, and `conveyor.spawn()` inserts the first jobs
+//! workflow id chosen up front, and `conveyor_internal.spawn()` inserts the first jobs
 //! and the `conveyor.workflows` rows. What comes later (the next chain step,
 //! a chord's callback, success and error callbacks) is inserted by
-//! `conveyor.after_finish()` in the transaction that records the outcome it
-//! depends on. See `migrations/V2__workflows.sql`.
+//! `conveyor_internal.after_finish()` in the transaction that records the outcome it
+//! depends on. See `migrations/functions/spawn.sql` and `after_finish.sql`.
 //!
 //! **Passing results.** A step added with [`Chain::then`] (or a callback added
 //! with [`Group::then`], [`crate::NewJob::on_success`]) is *mutable*: its

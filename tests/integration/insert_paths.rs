@@ -89,7 +89,7 @@ async fn every_enqueue_path_stores_the_same_row() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    paths.push(("group member (conveyor.spawn)", member));
+    paths.push(("group member (conveyor_internal.spawn)", member));
     let sql: uuid::Uuid = sqlx::query_scalar(
         "SELECT conveyor.enqueue('copy', $1, queue => 'paths', priority => 3, max_retries => 4,
                 retry_backoff_base => interval '2.5 seconds', timeout => interval '45 seconds',
@@ -101,7 +101,7 @@ async fn every_enqueue_path_stores_the_same_row() {
     .unwrap();
     paths.push(("conveyor.enqueue() in SQL", sql));
 
-    // A success callback, inserted by conveyor.after_finish() when its parent
+    // A success callback, inserted by conveyor_internal.after_finish() when its parent
     // succeeds (on another queue, so nothing else runs).
     let callback_id = uuid::Uuid::now_v7();
     let parent = c
@@ -128,7 +128,10 @@ async fn every_enqueue_path_stores_the_same_row() {
         (n == 1).then_some(())
     })
     .await;
-    paths.push(("success callback (conveyor.after_finish)", callback_id));
+    paths.push((
+        "success callback (conveyor_internal.after_finish)",
+        callback_id,
+    ));
 
     let expected = row(&db, paths[0].1).await;
     assert_eq!(expected["args"], spec_args());
@@ -174,4 +177,89 @@ async fn every_enqueue_path_stores_the_same_row() {
 
 fn spec_args() -> Value {
     json!({ "text": "a\tb\\c \"q\" żółw", "n": [1, 2.5, null] })
+}
+
+/// The defaults live in three places (the Rust builder, `conveyor.enqueue()`'s
+/// parameters, the column defaults a hand-written INSERT gets): they must
+/// store the same row. And a future due time makes every way in store a
+/// `scheduled` job at that time (the one rule: `conveyor_internal.due_at`
+/// and `initial_state`).
+#[tokio::test]
+async fn defaults_and_the_scheduling_rule_agree_on_every_way_in() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let rust = c
+        .enqueue(NewJob::new("plain", json!({})))
+        .await
+        .unwrap()
+        .id();
+    let sql: uuid::Uuid = sqlx::query_scalar("SELECT conveyor.enqueue('plain')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let by_hand: uuid::Uuid =
+        sqlx::query_scalar("INSERT INTO conveyor.jobs (task) VALUES ('plain') RETURNING id")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let expected = row(&db, rust).await;
+    assert_eq!(expected["queue"], json!("default"));
+    assert_eq!(expected["max_retries"], json!(25));
+    for (path, id) in [("conveyor.enqueue()", sql), ("INSERT by hand", by_hand)] {
+        assert_eq!(row(&db, id).await, expected, "{path} with defaults");
+    }
+
+    let at = chrono::Utc::now() + chrono::Duration::hours(1);
+    let later = |job: NewJob| job.run_at(at);
+    let mut ids = vec![
+        c.enqueue(later(NewJob::new("later", json!({}))))
+            .await
+            .unwrap()
+            .id(),
+    ];
+    let many = c
+        .enqueue_many(vec![
+            later(NewJob::new("later", json!({}))),
+            later(NewJob::new("later", json!({}))),
+        ])
+        .await
+        .unwrap();
+    ids.push(many[1].id());
+    ids.push(
+        c.enqueue(later(NewJob::new("later", json!({}))).unique(Unique::UntilFinished))
+            .await
+            .unwrap()
+            .id(),
+    );
+    let run = c
+        .enqueue_workflow(Group::new([later(NewJob::new("later", json!({"m": 1})))]))
+        .await
+        .unwrap();
+    let member: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM conveyor.jobs WHERE workflow_id = $1")
+            .bind(run.id())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    ids.push(member);
+    ids.push(
+        sqlx::query_scalar("SELECT conveyor.enqueue('later', run_at => $1)")
+            .bind(at)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+    );
+    for id in ids {
+        let (state, run_at): (String, chrono::DateTime<chrono::Utc>) =
+            sqlx::query_as("SELECT state, run_at FROM conveyor.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(state, "scheduled", "job {id}");
+        assert!(
+            (run_at - at).num_microseconds().unwrap_or(i64::MAX).abs() <= 1,
+            "job {id}: run_at {run_at}, asked {at}"
+        );
+    }
 }

@@ -23,6 +23,7 @@ async fn eight_concurrent_migrations_apply_the_schema_once() {
     // Every migration file, V1 … Vn, applied exactly once across the callers.
     let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
         .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().path().is_file())
         .count() as i32;
     assert_eq!(
         applied,
@@ -112,7 +113,7 @@ async fn every_table_column_and_function_has_a_comment() {
            AND col_description(c.oid, a.attnum) IS NULL
          UNION ALL
          SELECT p.oid::regprocedure::text FROM pg_proc p
-         WHERE p.pronamespace = 'conveyor'::regnamespace
+         WHERE p.pronamespace IN ('conveyor'::regnamespace, 'conveyor_internal'::regnamespace)
            AND obj_description(p.oid, 'pg_proc') IS NULL
          ORDER BY 1",
     )
@@ -120,4 +121,54 @@ async fn every_table_column_and_function_has_a_comment() {
     .await
     .unwrap();
     assert!(missing.is_empty(), "without a COMMENT: {missing:?}");
+}
+
+#[tokio::test]
+async fn the_database_holds_exactly_the_functions_of_the_function_files() {
+    let db = TestDb::new().await;
+    // Applying them again (as every migrate does) changes nothing.
+    conveyor::migrate(&db.pool).await.unwrap();
+    let mut in_db: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p
+         WHERE p.pronamespace IN ('conveyor'::regnamespace, 'conveyor_internal'::regnamespace)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    in_db.sort();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/functions");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.trim_end_matches(".sql").to_string()
+        })
+        .collect();
+    files.sort();
+    assert_eq!(
+        in_db, files,
+        "one function per file, no other (and no overloads)"
+    );
+    // The public interface (README's list) is in `conveyor`, the rest apart.
+    let public: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p
+         WHERE p.pronamespace = 'conveyor'::regnamespace ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        public,
+        [
+            "cancel",
+            "enqueue",
+            "pause_queue",
+            "requeue",
+            "resume_queue",
+            "set_queue_limit",
+            "set_queue_rate_limit",
+            "unique_key",
+            "uuid_v7"
+        ]
+    );
 }

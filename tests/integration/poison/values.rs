@@ -304,7 +304,7 @@ pub(super) fn json_errors(rng: &mut Rng) -> String {
 
 /// A follow-up spec: what `on_success` / `on_error` hold. Some are valid
 /// (their jobs are spawned, and must end in a defined state too); most are
-/// nonsense that `conveyor.after_finish` must turn into a failure.
+/// nonsense that `conveyor_internal.after_finish` must turn into a failure.
 pub(super) fn spec(rng: &mut Rng) -> String {
     let id = rng.uuid();
     let wf = rng.uuid();

@@ -1,4 +1,8 @@
--- Conveyor schema, version 8: let the library send job_ready after commit.
+-- Trigger function of jobs_notify_job_ready: wakes idle workers once per
+-- inserting statement and queue. The payload is {"queue": ..., "scheduled":
+-- ...}; "scheduled" tells workers to look up the next run_at. PostgreSQL folds
+-- identical notifications of one transaction into one, so a transaction that
+-- enqueues many jobs sends at most two per queue, delivered at commit.
 --
 -- A transaction that calls NOTIFY holds a database-wide lock from just before
 -- its commit until the commit is flushed to disk, so notifying transactions
@@ -8,7 +12,7 @@
 -- writes nothing (and so waits for no flush). Inserts made any other way
 -- (a user's transaction, psql, conveyor.enqueue(), workflows) still notify
 -- at commit, from this trigger.
-CREATE OR REPLACE FUNCTION conveyor.notify_job_ready() RETURNS trigger
+CREATE OR REPLACE FUNCTION conveyor_internal.notify_job_ready() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('conveyor.defer_notify', true) = 'on' THEN
@@ -20,3 +24,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+COMMENT ON FUNCTION conveyor_internal.notify_job_ready() IS
+    'Internal. Statement trigger on inserts into conveyor.jobs: NOTIFY <schema>.job_ready once per queue at commit, so idle workers wake; skipped when the transaction set conveyor.defer_notify (the library then notifies after its commit).';

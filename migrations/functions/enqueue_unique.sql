@@ -1,39 +1,6 @@
--- Conveyor schema, version 6: fixes found in review.
---
--- cancel() locked nothing, so a job changing state between its two checks
--- (a completer recording a retry, the rescuer) made the request vanish. It
--- now locks the row first and decides on the state it sees.
-CREATE OR REPLACE FUNCTION conveyor.cancel(job uuid) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    j conveyor.jobs;
-BEGIN
-    SELECT * INTO j FROM conveyor.jobs WHERE id = job FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF j.state IN ('pending', 'scheduled', 'retry') THEN
-        UPDATE conveyor.jobs
-        SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(),
-            last_error = 'cancelled'
-        WHERE id = job
-        RETURNING * INTO j;
-        PERFORM pg_notify('conveyor.job_finished', j.id::text);
-        IF j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL THEN
-            PERFORM conveyor.after_finish(ARRAY[j.id]);
-        END IF;
-    ELSIF j.state = 'started' THEN
-        UPDATE conveyor.jobs SET cancel_requested_at = coalesce(cancel_requested_at, now())
-        WHERE id = job;
-        PERFORM pg_notify('conveyor.job_cancel', j.id::text);
-    END IF;
-    RETURN j.state;
-END
-$$;
-
 -- enqueue_unique() said "inserted" when the caller-given id already existed.
 -- It now looks for that id first and reports it as a duplicate.
-CREATE OR REPLACE FUNCTION conveyor.enqueue_unique(spec jsonb, key text, ttl interval)
+CREATE OR REPLACE FUNCTION conveyor_internal.enqueue_unique(spec jsonb, key text, ttl interval)
 RETURNS TABLE (id uuid, state text, inserted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -48,7 +15,7 @@ BEGIN
     END IF;
     IF ttl IS NULL THEN
         LOOP
-            PERFORM conveyor.spawn_jobs(
+            PERFORM conveyor_internal.insert_job_specs(
                 jsonb_build_array(spec || jsonb_build_object('unique_key', k)), NULL);
             RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs j WHERE j.id = new_id;
             IF FOUND THEN
@@ -75,8 +42,11 @@ BEGIN
         RETURN QUERY SELECT holder, (SELECT j.state FROM conveyor.jobs j WHERE j.id = holder), false;
         RETURN;
     END IF;
-    PERFORM conveyor.spawn_jobs(jsonb_build_array(
+    PERFORM conveyor_internal.insert_job_specs(jsonb_build_array(
         spec || jsonb_build_object('unique_key', k, 'unique_until', now() + ttl)), NULL);
     RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs j WHERE j.id = new_id;
 END
 $$;
+
+COMMENT ON FUNCTION conveyor_internal.enqueue_unique(jsonb, text, interval) IS
+    'Enqueue a job spec unless another job holds its uniqueness key; returns the job that does.';

@@ -1,0 +1,37 @@
+-- Cancels a job. A job that has not started becomes cancelled at once and
+-- never runs. A started job is marked, and the worker holding it is told
+-- (NOTIFY conveyor.job_cancel): its handler sees the cancellation, gets a
+-- grace period, and the job ends cancelled. A finished job is left alone.
+-- Returns the job's state after the call (NULL: no such job). The row is
+-- locked first, so a job changing state meanwhile (a completer recording a
+-- retry, the rescuer) cannot make the request vanish.
+CREATE OR REPLACE FUNCTION conveyor.cancel(job uuid) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    j conveyor.jobs;
+BEGIN
+    SELECT * INTO j FROM conveyor.jobs WHERE id = job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF j.state IN ('pending', 'scheduled', 'retry') THEN
+        UPDATE conveyor.jobs
+        SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(),
+            last_error = 'cancelled'
+        WHERE id = job
+        RETURNING * INTO j;
+        PERFORM pg_notify('conveyor.job_finished', j.id::text);
+        IF j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL THEN
+            PERFORM conveyor_internal.after_finish(ARRAY[j.id]);
+        END IF;
+    ELSIF j.state = 'started' THEN
+        UPDATE conveyor.jobs SET cancel_requested_at = coalesce(cancel_requested_at, now())
+        WHERE id = job;
+        PERFORM pg_notify('conveyor.job_cancel', j.id::text);
+    END IF;
+    RETURN j.state;
+END
+$$;
+
+COMMENT ON FUNCTION conveyor.cancel(uuid) IS
+    'Cancel a job: queued jobs at once, running ones through their worker. Returns the resulting state.';
