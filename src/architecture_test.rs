@@ -3,7 +3,7 @@
 //! `src/` (not `src/bin/`), collects the `crate::` paths its code names, maps
 //! each to the top-level module that defines it (root re-exports in `lib.rs`
 //! resolved to their module), and looks for cycles. Test code (`*_test.rs`
-//! files and `#[cfg(test)] mod tests` blocks) and comments are left out.
+//! files, `*_test/` directories and `#[cfg(test)] mod tests` blocks) and comments are left out.
 //! `docs/architecture.md` draws the layers; its table is checked here too.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -113,11 +113,15 @@ fn graph(src: &Path) -> Graph {
             if top == "bin" || top == "lib" {
                 continue;
             }
+            let test_code = path
+                .file_stem()
+                .is_some_and(|stem| stem.to_string_lossy().ends_with("_test"));
+            if test_code {
+                continue;
+            }
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && !path.to_string_lossy().ends_with("_test.rs")
-            {
+            } else if path.extension().is_some_and(|e| e == "rs") {
                 modules.entry(top).or_default().push(path);
             }
         }

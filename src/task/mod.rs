@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 mod new_job;
+mod stored;
 
 use crate::job::JobId;
 pub use new_job::{DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique};
