@@ -40,6 +40,14 @@ pub struct Config {
     pub soak_sample_secs: u64,
     /// Idle CPU: seconds watched.
     pub idle_secs: u64,
+    /// S: offered rate (jobs/s), worker concurrency, phase lengths and
+    /// sample period (seconds).
+    pub snapshot_rate: u64,
+    pub snapshot_concurrency: usize,
+    pub snapshot_steady_secs: u64,
+    pub snapshot_hold_secs: u64,
+    pub snapshot_after_secs: u64,
+    pub snapshot_sample_secs: u64,
 }
 
 impl Config {
@@ -59,6 +67,12 @@ impl Config {
             soak_rate: 5_000,
             soak_sample_secs: 60,
             idle_secs: 60,
+            snapshot_rate: 1_500,
+            snapshot_concurrency: 32,
+            snapshot_steady_secs: 30,
+            snapshot_hold_secs: 150,
+            snapshot_after_secs: 60,
+            snapshot_sample_secs: 10,
         }
     }
 
@@ -79,6 +93,12 @@ impl Config {
             soak_rate: 500,
             soak_sample_secs: 1,
             idle_secs: 1,
+            snapshot_rate: 300,
+            snapshot_concurrency: 8,
+            snapshot_steady_secs: 2,
+            snapshot_hold_secs: 2,
+            snapshot_after_secs: 2,
+            snapshot_sample_secs: 1,
         }
     }
 }
@@ -95,7 +115,7 @@ pub struct Line {
 }
 
 impl Line {
-    fn new(
+    pub fn new(
         scenario: &'static str,
         variant: impl Into<String>,
         unit: &'static str,
@@ -111,7 +131,7 @@ impl Line {
         }
     }
 
-    fn with(mut self, extra: Value) -> Line {
+    pub fn with(mut self, extra: Value) -> Line {
         self.extra = extra;
         self
     }
@@ -448,7 +468,7 @@ pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
 
 /// Enqueues at `rate` jobs/s (batches every 100 ms) from `producers` tasks
 /// until `until`, or as fast as possible when `rate` is 0 (batches of 50).
-fn spawn_producers(
+pub fn spawn_producers(
     db: &BenchDb,
     producers: usize,
     rate: u64,
