@@ -99,7 +99,7 @@ pub(crate) async fn insert(
         if rows.len() <= crate::db::BULK_CHUNK {
             return db::insert_all(&mut conn, queries, rows).await;
         }
-        let mut tx = conn.begin().await?;
+        let mut tx = conn.begin_with(crate::db::BEGIN).await?;
         let found = db::insert_all(&mut tx, queries, rows).await?;
         tx.commit().await?;
         Ok(found)

@@ -211,7 +211,7 @@ impl Client {
         let answer = until_answered(&self.inner.pool, ids, |mut conn, _| {
             let jobs = &jobs;
             async move {
-                let mut tx = conn.begin().await?;
+                let mut tx = conn.begin_with(crate::db::BEGIN).await?;
                 let found = insert(self, &mut tx, jobs).await?;
                 tx.commit().await?;
                 Ok(found)
@@ -228,7 +228,7 @@ impl Client {
     async fn copy_rows(&self, rows: &[InsertRow]) -> Result<bool> {
         let q = self.inner.queries;
         let mut conn = self.inner.pool.acquire().await?;
-        let mut tx = conn.begin().await?;
+        let mut tx = conn.begin_with(crate::db::BEGIN).await?;
         db::defer_notify(&mut tx, q).await?;
         match db::copy_jobs(&mut tx, q, rows).await {
             Ok(_) => {}
@@ -298,7 +298,7 @@ impl Client {
             |mut conn, resent| {
                 let (spec, ids) = (&spec, &ids);
                 async move {
-                    let mut tx = conn.begin().await?;
+                    let mut tx = conn.begin_with(crate::db::BEGIN).await?;
                     let taken = db::existing_ids(&mut tx, self.inner.queries, ids).await?;
                     if resent && taken.len() == ids.len() {
                         // Our earlier try committed: the workflow is there.

@@ -130,7 +130,7 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
     };
     let mut claimed = Claimed::default();
     if c.limited {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_with(super::BEGIN).await?;
         // (concurrency limit, room left in the rate window, window end)
         type Limits = (Option<i32>, Option<i32>, Option<DateTime<Utc>>);
         let limits: Option<Limits> = sqlx::query_as(q.lock_queue)

@@ -26,7 +26,7 @@ async fn try_service_lock(conn: &mut PgConnection, q: &Queries, service: &str) -
 /// Recovers up to `limit` jobs whose lease expired, if no other process is
 /// doing it right now (advisory lock); `None` when another one is.
 pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Option<i64>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = pool.begin_with(super::BEGIN).await?;
     if !try_service_lock(&mut tx, q, "rescuer").await? {
         return Ok(None);
     }
@@ -51,7 +51,7 @@ pub(crate) async fn prune(
     age_secs: f64,
     limit: i64,
 ) -> Result<Option<u64>> {
-    let mut tx = pool.begin().await?;
+    let mut tx = pool.begin_with(super::BEGIN).await?;
     if !try_service_lock(&mut tx, q, "pruner").await? {
         return Ok(None);
     }

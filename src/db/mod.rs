@@ -52,6 +52,17 @@ pub(crate) use workflows::{fetch_workflow, spawn, workflow_results};
 /// The default schema.
 pub(crate) const DEFAULT_SCHEMA: &str = "conveyor";
 
+/// How every transaction Conveyor opens itself begins (one round trip): the
+/// server ends the session if the transaction sits idle for 5 s. A process
+/// cut off from the database mid-transaction, its TCP connection still open,
+/// would otherwise hold its locks (the rescuer's advisory lock, a queue row
+/// locked for a limited claim, a workflow's counter) until TCP keepalive
+/// gives up, hours later, stopping that work for every other worker. Our
+/// transactions run statement after statement with no user code between, so
+/// a healthy one never idles that long; one ended this way rolls back and is
+/// retried like any other failed write.
+pub(crate) const BEGIN: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '5s'";
+
 // Statements that join the jobs table to arrays of many rows (outcomes,
 // leases) run unprepared, `.persistent(false)`, so PostgreSQL plans them with
 // the actual arrays at every call. A cached generic plan guesses the arrays'

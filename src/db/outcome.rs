@@ -164,7 +164,7 @@ pub(crate) async fn release(
 ) -> Result<i64> {
     let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
     let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
-    let mut tx = pool.begin().await?;
+    let mut tx = pool.begin_with(super::BEGIN).await?;
     let row = sqlx::query(q.release)
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)

@@ -275,7 +275,7 @@ async fn write_once(client: &Client, batch: &[OutcomeRow]) -> crate::Result<Writ
     let completed = if !batch.iter().any(|o| o.follow_up) {
         db::complete(&inner.pool, inner.queries, batch).await?
     } else {
-        let mut tx = inner.pool.begin().await?;
+        let mut tx = inner.pool.begin_with(db::BEGIN).await?;
         let completed = db::complete(&mut *tx, inner.queries, batch).await?;
         db::after_finish(&mut tx, inner.queries, &completed.follow_ups).await?;
         tx.commit().await?;

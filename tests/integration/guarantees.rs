@@ -109,6 +109,61 @@ async fn a_stale_worker_cannot_overwrite_a_requeued_run() {
     worker_b.shutdown(WAIT).await.unwrap();
 }
 
+/// A worker cut off from the database in the middle of one of its own
+/// transactions (its TCP connection open, the server waiting for the next
+/// statement) holds that transaction's locks for seconds, not until TCP
+/// keepalive gives up: here the rescuer's advisory lock, which kept every
+/// other worker from rescuing (this test's parent flaked on exactly that).
+#[tokio::test]
+async fn a_worker_cut_off_mid_transaction_releases_its_locks() {
+    let db = TestDb::new().await;
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    // A's first rescue holds the lock when its statement goes out; freeze there.
+    proxy.freeze_after(b"Recover jobs whose lease expired");
+    let client_a = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let worker_a = Worker::builder(&client_a)
+        .rescue_interval(Duration::from_millis(50))
+        .register_fn("work", |_, _| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "A's rescue to be cut off", || async {
+        proxy.fired().then_some(())
+    })
+    .await;
+    // What a worker that died leaves behind: started, its lease expired.
+    let job = db
+        .client
+        .enqueue(NewJob::new("gone", json!({})))
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE conveyor.jobs SET state = 'started', attempt = 1, started_at = now(),
+                lease_expires_at = now() - interval '1 second', lease_token = 1,
+                worker_id = 'dead' WHERE id = $1",
+    )
+    .bind(job.id())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let worker_b = Worker::builder(&db.client)
+        .rescue_interval(Duration::from_millis(50))
+        .register_fn("work", |_, _| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "B to rescue the job", || async {
+        let job = job.job().await.ok()?;
+        (job.state == JobState::Pending).then_some(())
+    })
+    .await;
+    assert_eq!(
+        job.job().await.unwrap().last_error.as_deref(),
+        Some("lease expired")
+    );
+    worker_b.shutdown(WAIT).await.unwrap();
+    drop(proxy); // closes A's frozen connection
+    let _ = worker_a.shutdown(WAIT).await;
+}
+
 /// Defect 2: when a lease renewal matches no row (the job was taken away),
 /// the handler is told at once (at that renewal, not when the lease would
 /// have lapsed) and its outcome is not written.

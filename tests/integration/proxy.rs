@@ -23,6 +23,8 @@ struct Shared {
     cut: watch::Sender<bool>,
     /// The armed lost-acknowledgement needle, taken by the first match.
     armed: Mutex<Option<Vec<u8>>>,
+    /// The armed freeze needle, taken by the first match.
+    freeze: Mutex<Option<Vec<u8>>>,
     fired: AtomicBool,
     accepted: AtomicUsize,
     /// Connection tasks, to abort on `kill_all` and on drop.
@@ -51,6 +53,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             cut: watch::Sender::new(false),
             armed: Mutex::new(None),
+            freeze: Mutex::new(None),
             fired: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             conns: Mutex::new(Vec::new()),
@@ -95,7 +98,15 @@ impl Proxy {
         *lock(&self.shared.armed) = Some(needle.to_vec());
     }
 
-    /// Whether an armed lost acknowledgement has fired (a reply was dropped).
+    /// Arms a one-shot partition of one connection: the next client→server
+    /// chunk containing `needle` is forwarded, then that connection forwards
+    /// nothing more either way and is left open (the server sees a live, idle
+    /// client) until `kill_all` or drop. `fired` tells when it happened.
+    pub fn freeze_after(&self, needle: &[u8]) {
+        *lock(&self.shared.freeze) = Some(needle.to_vec());
+    }
+
+    /// Whether an armed lost acknowledgement or freeze has fired (a reply was dropped).
     pub fn fired(&self) -> bool {
         self.shared.fired.load(Ordering::SeqCst)
     }
@@ -154,24 +165,34 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Shared>) -> 
     let mut server = TcpStream::connect(&upstream).await.ok()?;
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let lose = AtomicBool::new(false);
+    let flags = Flags::default();
     let (mut client_read, mut client_write) = client.split();
     let (mut server_read, mut server_write) = server.split();
     tokio::select! {
-        _ = pump(&mut client_read, &mut server_write, &shared, &lose, cut.clone(), true) => {}
-        _ = pump(&mut server_read, &mut client_write, &shared, &lose, cut, false) => {}
+        _ = pump(&mut client_read, &mut server_write, &shared, &flags, cut.clone(), true) => {}
+        _ = pump(&mut server_read, &mut client_write, &shared, &flags, cut, false) => {}
     }
     None
 }
 
+/// What an armed needle did to one connection.
+#[derive(Default)]
+struct Flags {
+    /// Drop the server's next chunk and close.
+    lose: AtomicBool,
+    /// Forward nothing more, close nothing.
+    frozen: AtomicBool,
+}
+
 /// Forwards `from` to `to` until either ends (`None`). Client→server
 /// (`upstream`) it watches for the armed needle; server→client, after a match
-/// it drops the next chunk instead and ends the connection.
+/// it drops the next chunk instead and ends the connection; once frozen,
+/// neither direction forwards again.
 async fn pump(
     from: &mut (impl AsyncRead + Unpin),
     to: &mut (impl AsyncWrite + Unpin),
     shared: &Shared,
-    lose: &AtomicBool,
+    flags: &Flags,
     mut cut: watch::Receiver<bool>,
     upstream: bool,
 ) -> Option<()> {
@@ -179,20 +200,29 @@ async fn pump(
     let mut tail: Vec<u8> = Vec::new();
     loop {
         let n = from.read(&mut buf).await.ok().filter(|&n| n > 0)?;
-        if !upstream && lose.load(Ordering::SeqCst) {
+        if flags.frozen.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if !upstream && flags.lose.load(Ordering::SeqCst) {
             shared.fired.store(true, Ordering::SeqCst);
             return None;
         }
         healed(&mut cut).await?;
         let chunk = &buf[..n];
+        let mut freeze = false;
         if upstream {
             if take_if_armed(&shared.armed, &tail, chunk) {
-                lose.store(true, Ordering::SeqCst);
+                flags.lose.store(true, Ordering::SeqCst);
             }
+            freeze = take_if_armed(&shared.freeze, &tail, chunk);
             tail.extend_from_slice(chunk);
             tail.drain(..tail.len().saturating_sub(TAIL));
         }
         to.write_all(chunk).await.ok()?;
+        if freeze {
+            flags.frozen.store(true, Ordering::SeqCst);
+            shared.fired.store(true, Ordering::SeqCst);
+        }
     }
 }
 
