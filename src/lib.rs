@@ -77,7 +77,7 @@ pub use maintenance::pruner::Retention;
 #[cfg(feature = "metrics")]
 pub use metrics::Metrics;
 pub use migrate::{migrate, migrate_schema};
-pub use records::{JobFailure, JobFilter, QueueStats, WorkflowRun, WorkflowState};
+pub use records::{JobFailure, JobFilter, QueueStats, WorkerInfo, WorkflowRun, WorkflowState};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 /// The sqlx this crate is built with: share a pool or a transaction with
 /// Conveyor through `conveyor::sqlx` and the versions always match.
@@ -87,7 +87,8 @@ pub use task::{
     TaskContext, TaskError, Unique,
 };
 pub use worker::{
-    BOOKKEEPING_CONNECTIONS, DEFAULT_CONCURRENCY, DEFAULT_LEASE, DEFAULT_SAFETY_INTERVAL, ENV_VARS,
-    ShutdownReport, Worker, WorkerBuilder, WorkerHandle, WorkerHealth, WorkerTask,
+    BOOKKEEPING_CONNECTIONS, DEFAULT_CLAIM_AHEAD, DEFAULT_CONCURRENCY, DEFAULT_LEASE,
+    DEFAULT_SAFETY_INTERVAL, ENV_VARS, ShutdownReport, Worker, WorkerBuilder, WorkerHandle,
+    WorkerHealth, WorkerTask,
 };
 pub use workflow::{Chain, Chord, Group, GroupHandle, PipedJob, Workflow, WorkflowHandle};

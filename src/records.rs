@@ -75,6 +75,35 @@ pub struct QueueStats {
     pub paused: bool,
 }
 
+/// A worker process in the registry (a row of [`crate::Client::workers`]).
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// The worker's id (`worker_id` of the jobs it holds).
+    pub id: String,
+    /// Host name of the process.
+    pub host: String,
+    /// Process id on that host.
+    pub pid: i32,
+    /// Conveyor version it runs.
+    pub version: String,
+    /// Queues it serves, in its claim order.
+    pub queues: Vec<String>,
+    /// Jobs it runs at once at most.
+    pub concurrency: i32,
+    /// Jobs it was running at its last beat.
+    pub busy: i32,
+    /// When it registered.
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Its latest beat.
+    pub last_beat_at: chrono::DateTime<chrono::Utc>,
+    /// How often it beats, in seconds.
+    pub beat_interval_secs: f64,
+    /// When it was found silent for three beats (killed, hung or cut off);
+    /// `None` while it is alive.
+    pub dead_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 /// What an error callback receives: the error message first (machinery's
 /// convention), then which job failed, then the callback's own arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -295,11 +295,12 @@ pub async fn process_once(
     jobs: usize,
     processes: usize,
     concurrency: usize,
+    claim_ahead: Option<usize>,
 ) -> Result<ProcessRun> {
     db.preload(jobs, 5_000).await?;
     db.client.pause_queue(QUEUE).await?;
     let children = (0..processes)
-        .map(|_| WorkerChild::start(&db.url, concurrency, None))
+        .map(|_| WorkerChild::start_with(&db.url, concurrency, None, claim_ahead))
         .collect::<Result<Vec<_>>>()?;
     db.wait_listeners(processes as i64).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
@@ -329,26 +330,42 @@ pub async fn process_once(
 }
 
 /// C: processing throughput of one worker process at several concurrency
-/// levels, and of two processes. Also reports peak RSS.
+/// levels, claiming ahead (the default) and not, and of two processes. Also
+/// reports peak RSS. The runs of one concurrency alternate between the two
+/// claim modes, so that their ratio is measured in the same stretch of time.
 pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut lines = Vec::new();
-    let mut variants: Vec<(usize, usize)> = cfg.concurrency.iter().map(|c| (1, *c)).collect();
-    variants.push((2, 100));
-    for (processes, concurrency) in variants {
-        let mut runs = Vec::new();
-        let mut rss = Vec::new();
+    let mut groups: Vec<Vec<(usize, usize, Option<usize>)>> = cfg
+        .concurrency
+        .iter()
+        .map(|c| vec![(1, *c, None), (1, *c, Some(0))])
+        .collect();
+    groups.push(vec![(2, 100, None)]);
+    for group in groups {
+        let mut runs = vec![Vec::new(); group.len()];
+        let mut rss = vec![Vec::new(); group.len()];
         for _ in 0..cfg.runs {
-            let run = process_once(db, cfg.jobs, processes, concurrency).await?;
-            runs.push(run.rate);
-            rss.push(run.rss as f64 / 1_048_576.0);
+            for (i, (processes, concurrency, ahead)) in group.iter().enumerate() {
+                let run = process_once(db, cfg.jobs, *processes, *concurrency, *ahead).await?;
+                runs[i].push(run.rate);
+                rss[i].push(run.rss as f64 / 1_048_576.0);
+            }
         }
-        let variant = format!(
-            "{processes} process(es) x concurrency {concurrency}, {} jobs",
-            cfg.jobs
-        );
-        lines.push(
-            Line::new("C", variant, "jobs/s", runs).with(json!({"peak_rss_mib": median(&rss)})),
-        );
+        for (i, (processes, concurrency, ahead)) in group.into_iter().enumerate() {
+            let mode = if ahead == Some(0) {
+                ", no claim-ahead"
+            } else {
+                ""
+            };
+            let variant = format!(
+                "{processes} process(es) x concurrency {concurrency}{mode}, {} jobs",
+                cfg.jobs
+            );
+            lines.push(
+                Line::new("C", variant, "jobs/s", runs[i].clone())
+                    .with(json!({"peak_rss_mib": median(&rss[i])})),
+            );
+        }
     }
     Ok(lines)
 }
@@ -560,7 +577,7 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let mut runs = Vec::new();
         let mut server = Vec::new();
         for _ in 0..cfg.runs {
-            let run = process_once(db, cfg.jobs, 1, 100).await?;
+            let run = process_once(db, cfg.jobs, 1, 100, None).await?;
             runs.push(run.rate);
             server.push(run.server);
         }

@@ -29,6 +29,8 @@ pub const PING_ENV: &str = "CONVEYOR_BENCH_PING";
 pub const NO_CHECKPOINT_ENV: &str = "CONVEYOR_BENCH_NO_CHECKPOINT";
 /// Env var giving the worker child a retention (seconds) and a 10 s pruning pass.
 pub const RETENTION_ENV: &str = "CONVEYOR_BENCH_RETENTION_SECS";
+/// Tells a worker child its claim-ahead cap (unset or empty: the default).
+pub const AHEAD_ENV: &str = "CONVEYOR_BENCH_CLAIM_AHEAD";
 
 /// A database created for one benchmark run and dropped at the end.
 pub struct BenchDb {
@@ -343,6 +345,17 @@ impl WorkerChild {
         concurrency: usize,
         retention_secs: Option<u64>,
     ) -> Result<WorkerChild> {
+        WorkerChild::start_with(url, concurrency, retention_secs, None)
+    }
+
+    /// [`WorkerChild::start`], with the worker's claim-ahead cap set
+    /// (`None`: the library's default).
+    pub fn start_with(
+        url: &str,
+        concurrency: usize,
+        retention_secs: Option<u64>,
+        claim_ahead: Option<usize>,
+    ) -> Result<WorkerChild> {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
         if cfg!(test) {
@@ -356,6 +369,10 @@ impl WorkerChild {
         }
         let mut child = cmd
             .env(CHILD_ENV, concurrency.to_string())
+            .env(
+                AHEAD_ENV,
+                claim_ahead.map(|n| n.to_string()).unwrap_or_default(),
+            )
             .env("DATABASE_URL", url)
             .env(
                 RETENTION_ENV,
@@ -436,6 +453,9 @@ pub async fn worker_child_main(concurrency: usize) -> Result<()> {
         .queues([QUEUE])
         .concurrency(concurrency)
         .register_fn(TASK, |_ctx, _args| async { Ok(Value::Null) });
+    if let Some(ahead) = std::env::var(AHEAD_ENV).ok().and_then(|s| s.parse().ok()) {
+        builder = builder.claim_ahead(ahead);
+    }
     if let Some(keep) = std::env::var(RETENTION_ENV)
         .ok()
         .and_then(|s| s.parse().ok())

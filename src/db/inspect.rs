@@ -48,6 +48,45 @@ pub(crate) async fn list_jobs<'e>(
         .await?)
 }
 
+/// The ids `list_jobs` would return, without the rows. Unprepared: each
+/// page is planned with its filter's values (a generic plan cannot drop the
+/// filters left out).
+pub(crate) async fn list_job_ids<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    f: &crate::records::JobFilter,
+) -> Result<Vec<JobId>> {
+    Ok(sqlx::query_scalar(q.list_job_ids)
+        .persistent(false)
+        .bind(f.queue.as_deref())
+        .bind(f.state.map(JobState::as_str))
+        .bind(f.task.as_deref())
+        .bind(f.created_after)
+        .bind(f.created_before)
+        .bind(f.before_id)
+        .bind(f.limit)
+        .fetch_all(exec)
+        .await?)
+}
+
+/// How many jobs the filter matches (its `limit` aside).
+pub(crate) async fn count_jobs<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    f: &crate::records::JobFilter,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(q.count_jobs)
+        .persistent(false)
+        .bind(f.queue.as_deref())
+        .bind(f.state.map(JobState::as_str))
+        .bind(f.task.as_deref())
+        .bind(f.created_after)
+        .bind(f.created_before)
+        .bind(f.before_id)
+        .fetch_one(exec)
+        .await?)
+}
+
 pub(crate) async fn queue_stats<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,

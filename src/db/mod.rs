@@ -21,6 +21,7 @@ mod migrations;
 mod model_test;
 mod outcome;
 mod queues;
+mod workers;
 mod workflows;
 
 use std::collections::HashMap;
@@ -35,7 +36,8 @@ pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
 };
 pub(crate) use inspect::{
-    cancel, delete_jobs, enqueued_jobs, fetch_job, fetch_state, list_jobs, queue_stats, requeue,
+    cancel, count_jobs, delete_jobs, enqueued_jobs, fetch_job, fetch_state, list_job_ids,
+    list_jobs, queue_stats, requeue,
 };
 pub(crate) use maintenance::{
     periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue,
@@ -47,6 +49,9 @@ pub(crate) use migrations::{
 };
 pub(crate) use outcome::{Lease, OutcomeRow, after_finish, complete, heartbeat, recorded, release};
 pub(crate) use queues::{QueueSetting, queue_limits, set_queue};
+pub(crate) use workers::{
+    Registration, beat_worker, deregister_worker, list_workers, mark_dead_workers, register_worker,
+};
 pub(crate) use workflows::{fetch_workflow, spawn, workflow_results};
 
 /// The default schema.
@@ -108,6 +113,13 @@ pub(crate) struct Queries {
     count_starts: &'static str,
     queue_settings: &'static str,
     list_jobs: &'static str,
+    worker_register: &'static str,
+    worker_beat: &'static str,
+    worker_deregister: &'static str,
+    workers_mark_dead: &'static str,
+    workers_list: &'static str,
+    list_job_ids: &'static str,
+    count_jobs: &'static str,
     queue_stats: &'static str,
     delete_jobs: &'static str,
     enqueued_jobs: &'static str,
@@ -197,6 +209,13 @@ impl Queries {
             count_starts: load(include_str!("count_starts.sql")),
             queue_settings: load(include_str!("queue_settings.sql")),
             list_jobs: load(include_str!("list_jobs.sql")),
+            worker_register: load(include_str!("worker_register.sql")),
+            worker_beat: load(include_str!("worker_beat.sql")),
+            worker_deregister: load(include_str!("worker_deregister.sql")),
+            workers_mark_dead: load(include_str!("workers_mark_dead.sql")),
+            workers_list: load(include_str!("workers_list.sql")),
+            list_job_ids: load(include_str!("list_job_ids.sql")),
+            count_jobs: load(include_str!("count_jobs.sql")),
             queue_stats: load(include_str!("queue_stats.sql")),
             delete_jobs: load(include_str!("delete_jobs.sql")),
             enqueued_jobs: load(include_str!("enqueued_jobs.sql")),

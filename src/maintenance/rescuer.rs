@@ -4,6 +4,8 @@
 //!
 //! Every worker runs this loop; an advisory lock lets one process at a time do
 //! the work, and `FOR UPDATE SKIP LOCKED` keeps even overlapping runs apart.
+//! The same loop marks workers dead in the registry when they have been
+//! silent for three beats (an idempotent UPDATE; no lock needed).
 
 use std::time::Duration;
 
@@ -20,6 +22,14 @@ pub(crate) async fn run(client: Client, every: Duration, checkpoint: Checkpoint)
     loop {
         tick.tick().await;
         checkpoint();
+        let inner = &client.inner;
+        match db::mark_dead_workers(&inner.pool, inner.queries).await {
+            Ok(0) => {}
+            Ok(dead) => {
+                tracing::warn!(dead, "conveyor: workers silent for three beats marked dead")
+            }
+            Err(error) => tracing::warn!(%error, "conveyor: cannot mark silent workers dead"),
+        }
         loop {
             let inner = &client.inner;
             match db::rescue(&inner.pool, inner.queries, BATCH).await {

@@ -18,6 +18,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "CONVEYOR_MAX_CLAIM_BATCH",
         "most jobs claimed per statement",
     ),
+    (
+        "CONVEYOR_CLAIM_AHEAD",
+        "most jobs held claimed ahead of free slots (0: off)",
+    ),
     ("CONVEYOR_LEASE_SECS", "lease on claimed jobs"),
     (
         "CONVEYOR_SAFETY_INTERVAL_SECS",
@@ -111,6 +115,9 @@ pub(crate) fn apply(
     if let Some(v) = lookup("CONVEYOR_MAX_CLAIM_BATCH") {
         b = b.max_claim_batch(number("CONVEYOR_MAX_CLAIM_BATCH", &v)?);
     }
+    if let Some(v) = lookup("CONVEYOR_CLAIM_AHEAD") {
+        b = b.claim_ahead(number("CONVEYOR_CLAIM_AHEAD", &v)?);
+    }
     type Setter = fn(WorkerBuilder, Duration) -> WorkerBuilder;
     let durations: [(&str, Setter); 6] = [
         ("CONVEYOR_LEASE_SECS", WorkerBuilder::lease),
@@ -181,6 +188,7 @@ mod tests {
             vars(&[
                 ("CONVEYOR_QUEUES", "critical=6, default=3,low=1"),
                 ("CONVEYOR_CONCURRENCY", "50"),
+                ("CONVEYOR_CLAIM_AHEAD", "0"),
                 ("CONVEYOR_LEASE_SECS", "12.5"),
                 ("CONVEYOR_SAFETY_INTERVAL_SECS", "90"),
                 ("CONVEYOR_RETAIN_SUCCESS_SECS", "3600"),
@@ -192,6 +200,7 @@ mod tests {
         assert_eq!(b.queues, ["critical", "default", "low"]);
         assert_eq!(b.weights, Some(vec![6, 3, 1]));
         assert_eq!(b.concurrency, 50);
+        assert_eq!(b.claim_ahead, 0);
         assert_eq!(b.lease, Duration::from_millis(12_500));
         assert_eq!(b.safety_interval, Duration::from_secs(90));
         assert_eq!(b.retention.success, Some(Duration::from_secs(3600)));

@@ -10,12 +10,17 @@ use tokio::task::JoinHandle;
 use super::health::{Health, WorkerHealth, WorkerTask};
 use crate::error::{Error, Result};
 
-/// What a graceful shutdown did with the jobs still running at its deadline.
+/// What a graceful shutdown did with the jobs it held: those claimed ahead
+/// and never started, and those still running at its deadline.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct ShutdownReport {
-    /// Jobs given back as pending (no attempt spent).
+    /// Jobs given back as pending (no attempt spent) at the end of the grace
+    /// period.
     pub released: usize,
+    /// Jobs claimed ahead of a free slot and never started, given back as
+    /// pending (no attempt spent) as soon as the shutdown began.
+    pub given_back_unstarted: usize,
     /// Jobs that could not be given back (database unreachable); they run
     /// again when their leases expire.
     pub unreleased: Vec<crate::JobId>,

@@ -24,11 +24,13 @@ pub enum WorkerTask {
     Pruner,
     /// Enqueues periodic jobs (when this process leads).
     Periodic,
+    /// Keeps the worker's row in the registry (`conveyor.workers`).
+    Registry,
 }
 
 impl WorkerTask {
     /// Every task, in this order.
-    pub const ALL: [WorkerTask; 7] = [
+    pub const ALL: [WorkerTask; 8] = [
         WorkerTask::Producer,
         WorkerTask::Completer,
         WorkerTask::Heartbeat,
@@ -36,6 +38,7 @@ impl WorkerTask {
         WorkerTask::Rescuer,
         WorkerTask::Pruner,
         WorkerTask::Periodic,
+        WorkerTask::Registry,
     ];
 
     /// Its name, as logs and metrics give it.
@@ -48,6 +51,7 @@ impl WorkerTask {
             WorkerTask::Rescuer => "rescuer",
             WorkerTask::Pruner => "pruner",
             WorkerTask::Periodic => "periodic",
+            WorkerTask::Registry => "registry",
         }
     }
 
@@ -87,7 +91,7 @@ pub struct WorkerHealth {
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     stopped: AtomicBool,
-    restarts: [AtomicU64; 7],
+    restarts: [AtomicU64; 8],
     last_panic: Mutex<Option<(WorkerTask, String)>>,
     leases_lost: AtomicU64,
     undecodable: AtomicU64,

@@ -16,12 +16,15 @@ use crate::db;
 use crate::error::{Error, Result};
 use crate::notify::{ListenEvent, spawn_listener};
 use crate::supervise::{AbortOnDrop, Checkpoint, supervise};
+use crate::worker::ahead::Pace;
 use crate::worker::completer::Completer;
 use crate::worker::health::{Health, WorkerTask};
 use crate::worker::lease::{RunningJobs, cancel_running};
+use crate::worker::plan::QueuePlan;
+use crate::worker::registry::{Registry, beat_interval};
 use crate::worker::{
     BOOKKEEPING_CONNECTIONS, ShutdownReport, WorkerBuilder, WorkerHandle, default_worker_id,
-    executor, heartbeat, producer, seed,
+    executor, heartbeat, producer,
 };
 
 impl WorkerBuilder {
@@ -181,6 +184,22 @@ impl WorkerBuilder {
                 restarted(WorkerTask::Heartbeat),
             ))
         };
+        let registry = {
+            let registry = Registry {
+                client: client.clone(),
+                id: worker_id.clone(),
+                queues: self.queues.clone(),
+                concurrency: self.concurrency,
+                beat: beat_interval(self.lease),
+                running: running.clone(),
+                health: health.clone(),
+            };
+            tokio::spawn(supervise(
+                "registry",
+                move || registry.clone().run(),
+                restarted(WorkerTask::Registry),
+            ))
+        };
         let rescuer = {
             let client = client.clone();
             let every = self.rescue_interval.unwrap_or(self.lease / 2);
@@ -253,8 +272,9 @@ impl WorkerBuilder {
             promote,
             refresh_queues,
             limited: Vec::new(),
-            weights: self.weights,
-            rng: seed(),
+            plan: QueuePlan::new(self.weights),
+            claim_ahead: self.claim_ahead,
+            pace: Pace::new(tokio::time::Instant::now()),
             running,
             outcomes: outbox,
             shutdown: shutdown_rx,
@@ -271,6 +291,7 @@ impl WorkerBuilder {
                 AbortOnDrop(rescuer),
                 AbortOnDrop(pruner),
                 AbortOnDrop(listener),
+                AbortOnDrop(registry),
             ];
             helpers.extend(periodic.map(AbortOnDrop));
             let completer = AbortOnDrop(completer);
@@ -285,6 +306,10 @@ impl WorkerBuilder {
             let _ = (&mut { completer }.0).await;
             drop(helpers);
             let report = release(&client, &unfinished, &id).await;
+            let inner = &client.inner;
+            if let Err(error) = db::deregister_worker(&inner.pool, inner.queries, &id).await {
+                tracing::warn!(%error, "conveyor: cannot leave the worker registry; maintenance will mark this worker dead");
+            }
             if own_pool {
                 pool.close().await;
             }
@@ -315,8 +340,12 @@ fn bookkeeping_pool(client_pool: &PgPool) -> PgPool {
 }
 
 /// Gives the jobs still running at the end of the grace period back.
-async fn release(client: &Client, unfinished: &[crate::db::Lease], id: &str) -> ShutdownReport {
-    let mut report = ShutdownReport::default();
+async fn release(client: &Client, unfinished: &producer::Unfinished, id: &str) -> ShutdownReport {
+    let mut report = ShutdownReport {
+        given_back_unstarted: unfinished.given_back,
+        ..ShutdownReport::default()
+    };
+    let unfinished = &unfinished.leases;
     if unfinished.is_empty() {
         return report;
     }

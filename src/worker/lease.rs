@@ -3,7 +3,7 @@
 //! (which renews the lease), so that a lease lost for any reason stops the
 //! handler and keeps its outcome out of the database.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
-use crate::job::JobId;
+use crate::job::{Job, JobId};
 
 /// Where a claim stands, from the worker's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,18 +116,50 @@ impl Lease {
     pub(crate) fn is_running(&self) -> bool {
         *self.stage() == Stage::Running
     }
+
+    /// Whether the local deadline has passed: the database may have given
+    /// the job to another worker.
+    pub(crate) fn lapsed(&self) -> bool {
+        self.deadline_now() <= Instant::now()
+    }
 }
 
-/// Jobs a worker is running, by executor task.
-pub(crate) type RunningJobs = Arc<Mutex<HashMap<tokio::task::Id, Arc<Lease>>>>;
+/// A job claimed ahead of a free slot: held under its lease (renewed by the
+/// heartbeat) until a slot frees up, or given back.
+#[derive(Debug)]
+pub(crate) struct Ahead {
+    pub job: Job,
+    pub lease: Arc<Lease>,
+    /// When it was claimed, by this process's clock.
+    pub since: Instant,
+}
 
-/// The leases of running jobs, as they are now.
+/// Every claim a worker holds: jobs it runs and jobs it claimed ahead.
+#[derive(Debug, Default)]
+pub(crate) struct Claims {
+    /// Jobs whose executor runs, by executor task.
+    pub running: HashMap<tokio::task::Id, Arc<Lease>>,
+    /// Jobs claimed ahead of a free slot, oldest first.
+    pub ahead: VecDeque<Ahead>,
+}
+
+/// The claims of one worker, shared by producer, heartbeat and listener.
+pub(crate) type RunningJobs = Arc<Mutex<Claims>>;
+
+/// Locks the claims (a panic elsewhere does not poison them for good).
+pub(crate) fn lock(running: &RunningJobs) -> std::sync::MutexGuard<'_, Claims> {
+    running.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The leases of running and claimed-ahead jobs, as they are now.
 pub(crate) fn snapshot(running: &RunningJobs) -> Vec<Arc<Lease>> {
-    let running = running.lock().unwrap_or_else(|p| p.into_inner());
-    running.values().cloned().collect()
+    let claims = lock(running);
+    let ahead = claims.ahead.iter().map(|a| &a.lease);
+    claims.running.values().chain(ahead).cloned().collect()
 }
 
-/// Signals cancellation to the running job `id`, if this worker runs it.
+/// Signals cancellation to the job `id`, if this worker runs it or holds it
+/// ahead (then it ends cancelled as soon as it is started).
 pub(crate) fn cancel_running(running: &RunningJobs, id: JobId) {
     for lease in snapshot(running).into_iter().filter(|lease| lease.id == id) {
         tracing::info!(job.id = %id, "conveyor: cancelling running job");

@@ -1,6 +1,7 @@
-//! The claim loop: claims as many jobs as there are free slots, in one
-//! statement per queue, starts them, and sleeps when there is nothing to do
-//! until a notification, the next known `run_at`, or the safety interval.
+//! The claim loop: claims as many jobs as there are free slots (and, for
+//! short jobs, some ahead of them: see [`ahead`]), in one statement per
+//! queue, starts them, and sleeps when there is nothing to do until a
+//! notification, the next known `run_at`, or the safety interval.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,10 +17,12 @@ use crate::client::Client;
 use crate::db;
 use crate::job::JobState;
 use crate::supervise::reconnect_backoff;
+use crate::worker::ahead::{self, Pace};
 use crate::worker::executor;
 use crate::worker::handler::Handler;
 use crate::worker::health::WorkerTask;
-use crate::worker::lease::{Lease, RunningJobs};
+use crate::worker::lease::{Ahead, Lease, RunningJobs, lock};
+use crate::worker::plan::QueuePlan;
 
 /// Most scheduled jobs promoted to pending per statement.
 const PROMOTE_BATCH: i64 = 1_000;
@@ -52,11 +55,13 @@ pub(crate) struct Producer {
     pub refresh_queues: Arc<AtomicBool>,
     /// Queues with a global concurrency limit (claimed under the queue's lock).
     pub limited: Vec<String>,
-    /// Weighted mode: one weight per queue; `None`: strict order.
-    pub weights: Option<Vec<u32>>,
-    /// State of the weighted draw.
-    pub rng: u64,
-    /// Jobs being run, shared with the heartbeat.
+    /// Which queue to ask first.
+    pub plan: QueuePlan,
+    /// Most jobs held claimed ahead of free slots (see [`ahead`]).
+    pub claim_ahead: usize,
+    /// The pace at which jobs were started lately.
+    pub pace: Pace,
+    /// Jobs being run or held ahead, shared with the heartbeat.
     pub running: RunningJobs,
     pub outcomes: crate::worker::completer::Outbox,
     pub shutdown: watch::Receiver<bool>,
@@ -65,8 +70,15 @@ pub(crate) struct Producer {
     pub tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
 }
 
-/// Jobs still running when the grace period ended.
-pub(crate) type Unfinished = Vec<db::Lease>;
+/// What the producer leaves for the shutdown to settle.
+#[derive(Debug, Default)]
+pub(crate) struct Unfinished {
+    /// Jobs still running when the grace period ended, and jobs held ahead
+    /// that could not be given back when it began.
+    pub leases: Vec<db::Lease>,
+    /// Jobs held ahead, never started, given back when the shutdown began.
+    pub given_back: usize,
+}
 
 impl Producer {
     pub(crate) async fn run(mut self) -> Unfinished {
@@ -96,7 +108,8 @@ impl Producer {
                 }
             }
             let safety = Instant::now() + self.safety_interval;
-            let timer = [next_due, error_wait, claim_at, Some(safety)]
+            let give_back = self.give_back_at();
+            let timer = [next_due, error_wait, claim_at, give_back, Some(safety)]
                 .into_iter()
                 .flatten()
                 .min()
@@ -134,8 +147,10 @@ impl Producer {
         self.drain(tasks).await
     }
 
-    /// Promotes due jobs if asked to, then claims while slots are free and
-    /// full batches come back.
+    /// Promotes due jobs if asked to, gives back jobs held ahead too long,
+    /// starts held jobs in free slots, then claims while there is room (free
+    /// slots, and the claim-ahead buffer below its target) and full batches
+    /// come back.
     async fn fill_slots(
         &mut self,
         tasks: &mut JoinSet<()>,
@@ -172,20 +187,38 @@ impl Producer {
                 .await
                 .inspect_err(|_| self.refresh_queues.store(true, Ordering::Relaxed))?;
         }
-        while *maybe_work && tasks.len() < self.concurrency {
-            let free = self.concurrency - tasks.len();
-            let half_batch = self.concurrency.min(self.max_claim).div_ceil(2);
-            if free < half_batch && !tasks.is_empty() {
-                // Few slots free: give others a moment to free up (see COALESCE).
+        self.give_back_waiting(ahead::MAX_WAIT).await?;
+        loop {
+            self.start_ahead(tasks);
+            if !*maybe_work {
+                return Ok(());
+            }
+            let free = self.concurrency - tasks.len().min(self.concurrency);
+            let held = lock(&self.running).ahead.len();
+            // A queue with a global concurrency or rate limit counts held jobs
+            // as running: holding them ahead would take them from others.
+            let target = if self.limited.is_empty() {
+                self.pace.target(self.claim_ahead, Instant::now())
+            } else {
+                0
+            };
+            let room = target.saturating_sub(held);
+            if free + room == 0 || (free == 0 && held * 2 >= target) {
+                // Busy, with enough held to go on with.
+                return Ok(());
+            }
+            let half_batch = (self.concurrency + target).min(self.max_claim).div_ceil(2);
+            if free + room < half_batch && !tasks.is_empty() {
+                // Little room: give others a moment to free up (see COALESCE).
                 let at = *claim_at.get_or_insert_with(|| Instant::now() + COALESCE);
                 if at > Instant::now() {
                     return Ok(());
                 }
             }
             *claim_at = None;
-            let mut want = free.min(self.max_claim);
+            let mut want = (free + room).min(self.max_claim);
             let asked = want;
-            for (queue, share) in self.plan(want) {
+            for (queue, share) in self.plan.plan(self.queues.len(), want) {
                 let inner = &self.client.inner;
                 let take = share.min(want);
                 if take == 0 {
@@ -216,21 +249,14 @@ impl Producer {
                 }
                 want -= (claimed.jobs.len() + claimed.undecodable.len()).min(want);
                 self.fail_undecodable(claimed.undecodable);
+                let mut claims = lock(&self.running);
                 for claimed in claimed.jobs {
-                    let job = claimed.job;
-                    let lease = Lease::new(job.id, claimed.lease_token, sent + self.lease);
-                    let Some(handler) = self.handlers.get(&job.task).cloned() else {
-                        // Cannot happen: the claim filters on registered names.
-                        continue;
-                    };
-                    let abort = tasks.spawn(executor::execute(
-                        job,
-                        lease.clone(),
-                        handler,
-                        self.limits.clone(),
-                        self.outcomes.clone(),
-                    ));
-                    self.lock_running().insert(abort.id(), lease);
+                    let lease = Lease::new(claimed.job.id, claimed.lease_token, sent + self.lease);
+                    claims.ahead.push_back(Ahead {
+                        job: claimed.job,
+                        lease,
+                        since: sent,
+                    });
                 }
             }
             if want > 0 || asked == 0 {
@@ -238,64 +264,6 @@ impl Producer {
                 *maybe_work = false;
             }
         }
-        Ok(())
-    }
-
-    /// In which order to claim from which queue, and how many at most from
-    /// each: strict mode tries the queues in order; weighted mode first deals
-    /// the slots out by weight (a weighted draw per slot), then offers what is
-    /// left to every queue in a weighted random order.
-    fn plan(&mut self, want: usize) -> Vec<(usize, usize)> {
-        let Some(weights) = self.weights.clone() else {
-            return (0..self.queues.len()).map(|q| (q, want)).collect();
-        };
-        let mut shares = vec![0; weights.len()];
-        for _ in 0..want {
-            shares[self.draw(&weights, &[])] += 1;
-        }
-        let mut plan: Vec<(usize, usize)> = shares
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(|(q, n)| (q, *n))
-            .collect();
-        let mut order = Vec::with_capacity(weights.len());
-        while order.len() < weights.len() {
-            let q = self.draw(&weights, &order);
-            order.push(q);
-        }
-        plan.extend(order.into_iter().map(|q| (q, want)));
-        plan
-    }
-
-    /// A queue index drawn with probability proportional to its weight,
-    /// among those not in `skip`.
-    fn draw(&mut self, weights: &[u32], skip: &[usize]) -> usize {
-        // xorshift64: quality is plenty for spreading claims.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        let total: u64 = weights
-            .iter()
-            .enumerate()
-            .filter(|(q, _)| !skip.contains(q))
-            .map(|(_, w)| u64::from(*w))
-            .sum();
-        let mut point = self.rng % total.max(1);
-        for (q, w) in weights.iter().enumerate() {
-            if skip.contains(&q) {
-                continue;
-            }
-            if point < u64::from(*w) {
-                return q;
-            }
-            point -= u64::from(*w);
-        }
-        (0..weights.len()).find(|q| !skip.contains(q)).unwrap_or(0)
-    }
-
-    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<tokio::task::Id, Arc<Lease>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Fails claimed jobs whose row cannot be decoded, each with its reason:
@@ -329,12 +297,20 @@ impl Producer {
             Ok((id, ())) => id,
             Err(e) => e.id(),
         };
-        self.lock_running().remove(&id);
+        lock(&self.running).running.remove(&id);
     }
 
-    /// Stops claiming, waits up to the grace period for running jobs, aborts
-    /// the rest and returns them.
+    /// Stops claiming, gives back the jobs held ahead, waits up to the grace
+    /// period for running jobs, aborts the rest and returns them (with any
+    /// held job that could not be given back).
     async fn drain(mut self, tasks: &mut JoinSet<()>) -> Unfinished {
+        let given_back = self
+            .give_back_waiting(Duration::ZERO)
+            .await
+            .inspect_err(|error| {
+                tracing::warn!(%error, "conveyor: cannot give back jobs held ahead yet");
+            })
+            .unwrap_or_default();
         let deadline = Instant::now() + *self.grace.borrow_and_update();
         while !tasks.is_empty() {
             tokio::select! {
@@ -343,12 +319,15 @@ impl Producer {
             }
         }
         tasks.shutdown().await;
-        let unfinished: Unfinished = self
-            .lock_running()
-            .drain()
-            .filter(|(_, lease)| !lease.is_lost())
-            .map(|(_, lease)| lease.key())
+        let claims = std::mem::take(&mut *lock(&self.running));
+        let held = claims.ahead.into_iter().map(|a| a.lease);
+        let leases = claims
+            .running
+            .into_values()
+            .chain(held)
+            .filter(|lease| !lease.is_lost())
+            .map(|lease| lease.key())
             .collect();
-        unfinished
+        Unfinished { leases, given_back }
     }
 }

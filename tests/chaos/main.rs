@@ -347,6 +347,7 @@ async fn a_worker_killed_mid_job_has_the_job_retried_after_the_lease_expires() {
         (job.state == JobState::Started).then_some(job.lease_expires_at?)
     })
     .await;
+    let first_pid = i32::try_from(first.child.id()).unwrap();
     kill(&mut first);
     let killed_at = chrono::Utc::now();
     // Still started: nothing may take it before its lease runs out.
@@ -357,6 +358,15 @@ async fn a_worker_killed_mid_job_has_the_job_retried_after_the_lease_expires() {
         (job.attempt == 2 && job.state == JobState::Started).then_some(job)
     })
     .await;
+    // The killed process stays in the registry, marked dead by the second's
+    // maintenance; the second is listed first, alive.
+    let workers = wait_for(Duration::from_secs(30), || async {
+        let workers = client.workers().await.ok()?;
+        let dead = workers.iter().find(|w| w.pid == first_pid)?;
+        dead.dead_at.is_some().then_some(workers)
+    })
+    .await;
+    assert!(workers[0].dead_at.is_none() && workers[0].pid != first_pid);
     kill(&mut second);
     assert!(
         job.started_at.unwrap() > lease,

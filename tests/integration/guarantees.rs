@@ -517,6 +517,7 @@ async fn panicking_background_tasks_are_restarted_and_reported() {
         WorkerTask::Heartbeat,
         WorkerTask::Rescuer,
         WorkerTask::Pruner,
+        WorkerTask::Registry,
     ];
     for task in tasks {
         worker.inject_panic(task);

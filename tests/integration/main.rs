@@ -3,6 +3,7 @@
 //! optional features (`cli`, `dashboard`, `metrics`, `otel`, `cron`) build
 //! with them: the test command is `cargo test --all-features`.
 
+mod claim_ahead;
 #[cfg(feature = "cli")]
 mod cli;
 mod common;
@@ -26,4 +27,5 @@ mod retries;
 #[cfg(feature = "otel")]
 mod traces;
 mod worker;
+mod workers;
 mod workflows;

@@ -1,18 +1,28 @@
-//! The command line: clap's definitions of every command, option and filter.
+//! The command line: clap's definitions of every command, option and filter,
+//! and the parsers of their values (a value that does not parse is a usage
+//! error: exit code 2).
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
+use conveyor::{JobId, JobState};
+use serde_json::Value;
 
 #[derive(Parser)]
 #[command(
     name = "conveyor",
     version,
-    about = "Inspect and steer a Conveyor job queue in PostgreSQL"
+    about = "Inspect and steer a Conveyor job queue in PostgreSQL",
+    after_help = "Exit codes: 0 success; 1 error (including a job id that does not exist \
+                  or a job the action cannot apply to); 2 usage error; 141 stdout closed early (| head)."
 )]
 pub(crate) struct Cli {
     /// PostgreSQL URL.
     #[arg(
         long,
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "postgres://postgres@127.0.0.1:5432/postgres",
         global = true
     )]
@@ -38,6 +48,8 @@ pub(crate) enum Command {
     Migrate,
     /// Per queue: jobs by state, oldest pending age, throughput, paused.
     Stats,
+    /// Worker processes: host, pid, queues, busy slots, last beat, live or dead.
+    Workers,
     /// List or show jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
@@ -59,22 +71,42 @@ pub(crate) enum Command {
     /// Serve the web dashboard on http://BIND/ (queues, jobs, actions).
     Dashboard(DashboardArgs),
     /// Enqueue a job.
-    Enqueue {
-        /// Task name.
-        name: String,
-        /// Arguments, as JSON.
-        #[arg(long, default_value = "{}")]
-        args: String,
-        /// Queue.
-        #[arg(long, default_value = conveyor::DEFAULT_QUEUE)]
-        queue: String,
-        /// Seconds to wait before it may run.
-        #[arg(long)]
-        delay: Option<f64>,
-        /// Priority (higher runs first).
-        #[arg(long, default_value_t = 0)]
-        priority: i32,
-    },
+    Enqueue(EnqueueArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct EnqueueArgs {
+    /// Task name.
+    pub(crate) name: String,
+    /// Arguments, as JSON.
+    #[arg(long, default_value = "{}", value_parser = json_value)]
+    pub(crate) args: Value,
+    /// Queue.
+    #[arg(long, default_value = conveyor::DEFAULT_QUEUE)]
+    pub(crate) queue: String,
+    /// Seconds to wait before it may run.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, allow_negative_numbers = true)]
+    pub(crate) delay: Option<Duration>,
+    /// Earliest start, an RFC 3339 time (e.g. 2030-01-02T03:04:05Z).
+    #[arg(long, value_name = "TIME", value_parser = time, conflicts_with = "delay")]
+    pub(crate) run_at: Option<DateTime<Utc>>,
+    /// Priority (higher runs first; may be negative).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) priority: i32,
+    /// Retries after the first attempt (default 25).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(crate) max_retries: Option<u32>,
+    /// Time limit of one attempt, in seconds (default: the worker's).
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, allow_negative_numbers = true)]
+    pub(crate) timeout: Option<Duration>,
+    /// The job's id, a UUID (default: a new UUIDv7). If a job has it
+    /// already, nothing is inserted and that job is shown, as a duplicate.
+    #[arg(long, value_parser = job_id)]
+    pub(crate) id: Option<JobId>,
+    /// A header, KEY=VALUE (the value is stored as a JSON string); repeat
+    /// for more.
+    #[arg(long = "header", value_name = "KEY=VALUE", value_parser = header)]
+    pub(crate) headers: Vec<(String, String)>,
 }
 
 #[derive(Args)]
@@ -102,11 +134,12 @@ pub(crate) struct DashboardArgs {
 #[derive(Subcommand)]
 pub(crate) enum JobsCommand {
     /// Jobs, newest first.
-    List(Filter),
+    List(ListArgs),
     /// One job: args, result, every attempt's error, timeline, workflow.
     Show {
         /// Job id.
-        id: String,
+        #[arg(value_parser = job_id)]
+        id: JobId,
     },
 }
 
@@ -118,38 +151,109 @@ pub(crate) enum QueueCommand {
     Resume { queue: String },
 }
 
+/// Which jobs: the options shared by `jobs list` and the bulk commands.
 #[derive(Args, Clone, Default)]
 pub(crate) struct Filter {
     /// Only this queue.
     #[arg(long)]
     pub(crate) queue: Option<String>,
-    /// Only this state (pending, scheduled, started, retry, success, failure, cancelled).
-    #[arg(long)]
-    pub(crate) state: Option<String>,
+    /// Only this state (scheduled, pending, started, retry, success, failure, cancelled).
+    #[arg(long, value_parser = job_state)]
+    pub(crate) state: Option<JobState>,
     /// Only this task.
     #[arg(long)]
     pub(crate) task: Option<String>,
     /// Only jobs enqueued at or after this time (RFC 3339).
-    #[arg(long)]
-    pub(crate) since: Option<String>,
+    #[arg(long, value_name = "TIME", value_parser = time)]
+    pub(crate) since: Option<DateTime<Utc>>,
     /// Only jobs enqueued before this time (RFC 3339).
-    #[arg(long)]
-    pub(crate) until: Option<String>,
+    #[arg(long, value_name = "TIME", value_parser = time)]
+    pub(crate) until: Option<DateTime<Utc>>,
     /// Only jobs older than this id (paging).
-    #[arg(long)]
-    pub(crate) before: Option<String>,
+    #[arg(long, value_name = "ID", value_parser = job_id)]
+    pub(crate) before: Option<JobId>,
+}
+
+impl Filter {
+    /// Whether any option narrows the jobs (`--before` alone does not).
+    pub(crate) fn narrows(&self) -> bool {
+        self.queue.is_some()
+            || self.state.is_some()
+            || self.task.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+    }
+
+    pub(crate) fn job_filter(&self, limit: i64) -> conveyor::JobFilter {
+        conveyor::JobFilter {
+            queue: self.queue.clone(),
+            state: self.state,
+            task: self.task.clone(),
+            created_after: self.since,
+            created_before: self.until,
+            before_id: self.before,
+            limit,
+        }
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) filter: Filter,
     /// At most this many.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..))]
     pub(crate) limit: i64,
 }
 
 #[derive(Args)]
 pub(crate) struct Targets {
-    /// Job ids; or none, and a filter.
-    pub(crate) ids: Vec<String>,
+    /// Job ids; or none, and a filter (every matching job is acted on).
+    #[arg(value_name = "ID", value_parser = job_id)]
+    pub(crate) ids: Vec<JobId>,
     #[command(flatten)]
     pub(crate) filter: Filter,
+    /// A cap: act on at most this many of the jobs a filter matches
+    /// (default: no cap, every one).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) limit: Option<u64>,
     /// Do not ask for confirmation of a filter.
     #[arg(long)]
     pub(crate) yes: bool,
+}
+
+fn job_id(value: &str) -> Result<JobId, String> {
+    value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a job id (expected a UUID)"))
+}
+
+fn job_state(value: &str) -> Result<JobState, String> {
+    value.parse()
+}
+
+fn time(value: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("expected an RFC 3339 time such as 2030-01-02T03:04:05Z: {e}"))
+}
+
+fn seconds(value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| "expected a number of seconds >= 0".to_string())
+}
+
+fn json_value(value: &str) -> Result<Value, String> {
+    serde_json::from_str(value).map_err(|e| format!("--args is not valid JSON: {e}"))
+}
+
+fn header(value: &str) -> Result<(String, String), String> {
+    value
+        .split_once('=')
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .ok_or_else(|| format!("`{value}`: expected KEY=VALUE"))
 }

@@ -1,17 +1,25 @@
 //! How the CLI prints: JSON for scripts, tables for people.
 
+use std::io::Write;
+
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
-use conveyor::{Job, QueueStats};
+use conveyor::{Job, QueueStats, WorkerInfo};
 use serde_json::Value;
 
-use crate::Failure;
+use crate::failure::Failure;
 
+/// Prints `value` as JSON, or `human()`. A reader that stopped early
+/// (`| head`) ends the command quietly ([`Failure::BrokenPipe`]); `println!`
+/// would panic.
 pub fn print(as_json: bool, value: &Value, human: impl FnOnce() -> String) -> Result<(), Failure> {
-    if as_json {
-        println!("{}", serde_json::to_string_pretty(value)?);
+    let text = if as_json {
+        serde_json::to_string_pretty(value)?
     } else {
-        println!("{}", human());
-    }
+        human()
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    out.flush()?;
     Ok(())
 }
 
@@ -56,6 +64,37 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
             s.processed_1h.to_string(),
             s.failed_1h.to_string(),
             if s.paused { "yes" } else { "" }.to_string(),
+        ]);
+    }
+    t.to_string()
+}
+
+pub fn workers_table(workers: &[WorkerInfo]) -> String {
+    let mut t = table(&[
+        "id",
+        "host",
+        "pid",
+        "version",
+        "queues",
+        "busy",
+        "started",
+        "last beat",
+        "state",
+    ]);
+    for w in workers {
+        t.add_row(vec![
+            w.id.clone(),
+            w.host.clone(),
+            w.pid.to_string(),
+            w.version.clone(),
+            w.queues.join(","),
+            format!("{}/{}", w.busy, w.concurrency),
+            w.started_at.format("%F %T").to_string(),
+            w.last_beat_at.format("%F %T").to_string(),
+            match w.dead_at {
+                Some(at) => format!("dead since {}", at.format("%F %T")),
+                None => "live".to_string(),
+            },
         ]);
     }
     t.to_string()

@@ -1,0 +1,2 @@
+-- A clean stop: the worker's row goes.
+DELETE FROM conveyor.workers WHERE id = $1

@@ -1,0 +1,171 @@
+//! Claiming ahead of free slots: held jobs are given back when they wait too
+//! long (so idle workers get them), when the worker stops, and end cancelled
+//! when cancelled while held.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conveyor::{JobId, NewJob, Worker, WorkerHandle};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::sync::Semaphore;
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+
+/// Short jobs first (priority 1), then `blocking` jobs that wait for `gate`.
+async fn enqueue_backlog(db: &TestDb, short: usize, blocking: usize) {
+    let mut jobs: Vec<NewJob> = (0..short)
+        .map(|_| NewJob::new("short", json!({})).priority(1))
+        .collect();
+    jobs.extend((0..blocking).map(|i| NewJob::new("block", json!({ "i": i }))));
+    db.client.enqueue_many(jobs).await.unwrap();
+}
+
+/// A worker whose `block` jobs record their id and wait for `gate`.
+fn start(
+    db: &TestDb,
+    id: &str,
+    concurrency: usize,
+    gate: &Arc<Semaphore>,
+    runs: &Arc<Mutex<Vec<JobId>>>,
+) -> WorkerHandle {
+    let (gate, runs) = (gate.clone(), runs.clone());
+    Worker::builder(&db.client)
+        .id(id)
+        .concurrency(concurrency)
+        .register_fn("short", |_ctx, _args| async { Ok(Value::Null) })
+        .register_fn("block", move |ctx, _args| {
+            runs.lock().unwrap().push(ctx.job_id());
+            let gate = gate.clone();
+            async move {
+                let _permit = gate.acquire().await;
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap()
+}
+
+/// `block` jobs in state `started` held by `worker`.
+async fn started_blocking(pool: &PgPool, worker: &str) -> i64 {
+    count_jobs(
+        pool,
+        &format!("task = 'block' AND state = 'started' AND worker_id = '{worker}'"),
+    )
+    .await
+}
+
+/// Worker `a` (one slot) runs 3,000 short jobs fast, so it claims ahead; its
+/// buffer then reaches the blocking jobs behind them, and its only slot
+/// blocks on the first. Waits until `a` holds more blocking jobs than it
+/// runs, and returns one it holds but does not run.
+async fn hold_blocking_jobs_ahead(db: &TestDb, runs: &Arc<Mutex<Vec<JobId>>>) -> JobId {
+    eventually(WAIT, "worker a holds blocking jobs ahead", || async {
+        let running = runs.lock().unwrap().clone();
+        if running.len() != 1 || started_blocking(&db.pool, "a").await < 2 {
+            return None;
+        }
+        sqlx::query_scalar::<_, JobId>(
+            "SELECT id FROM conveyor.jobs
+             WHERE task = 'block' AND state = 'started' AND worker_id = 'a' AND id <> $1
+             LIMIT 1",
+        )
+        .bind(running[0])
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn jobs_held_ahead_too_long_go_to_an_idle_worker_and_a_cancelled_one_never_runs() {
+    let db = TestDb::new().await;
+    let (gate, runs) = (Arc::new(Semaphore::new(0)), Arc::default());
+    enqueue_backlog(&db, 3_000, 50).await;
+    let a = start(&db, "a", 1, &gate, &runs);
+    let held = hold_blocking_jobs_ahead(&db, &runs).await;
+    db.client.cancel(held).await.unwrap();
+
+    // Without the give-back after 500 ms, `a` would sit on these for as
+    // long as its slot is blocked.
+    let b = start(&db, "b", 100, &gate, &runs);
+    eventually(WAIT, "b runs every blocking job a does not", || async {
+        let (in_a, in_b) = (
+            started_blocking(&db.pool, "a").await,
+            started_blocking(&db.pool, "b").await,
+        );
+        let cancelled = count_jobs(&db.pool, "state = 'cancelled'").await;
+        (in_a == 1 && in_b == 48 && cancelled == 1).then_some(())
+    })
+    .await;
+    assert!(!runs.lock().unwrap().contains(&held), "a cancelled job ran");
+
+    gate.add_permits(1_000);
+    eventually(WAIT, "every other job succeeds", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 3_049).then_some(())
+    })
+    .await;
+    a.shutdown(WAIT).await.unwrap();
+    b.shutdown(WAIT).await.unwrap();
+    assert_eq!(
+        count_jobs(&db.pool, "state = 'success' AND attempt = 1").await,
+        3_049,
+        "holding and giving back spent no attempt"
+    );
+    assert_eq!(runs.lock().unwrap().len(), 49, "each blocking job ran once");
+}
+
+#[tokio::test]
+async fn a_stopping_worker_gives_back_the_jobs_it_holds_ahead_at_once() {
+    let db = TestDb::new().await;
+    let (gate, runs) = (Arc::new(Semaphore::new(0)), Arc::default());
+    enqueue_backlog(&db, 3_000, 20).await;
+    let a = start(&db, "a", 1, &gate, &runs);
+    hold_blocking_jobs_ahead(&db, &runs).await;
+
+    // (Stopping within milliseconds of seeing them held: long before the
+    // 500 ms after which a held job is given back anyway.)
+    let report = a.shutdown(Duration::ZERO).await.unwrap();
+    assert!(
+        report.given_back_unstarted >= 1,
+        "held jobs given back when the shutdown began: {report:?}"
+    );
+    assert_eq!(report.released, 1, "the running job, at the deadline");
+    assert_eq!(count_jobs(&db.pool, "state = 'started'").await, 0);
+    assert_eq!(
+        count_jobs(
+            &db.pool,
+            "task = 'block' AND state = 'pending' AND attempt = 0"
+        )
+        .await,
+        20,
+        "every blocking job is pending again, its attempt not spent"
+    );
+}
+
+#[tokio::test]
+async fn a_job_cancelled_while_held_ahead_ends_cancelled_without_running() {
+    let db = TestDb::new().await;
+    let (gate, runs) = (Arc::new(Semaphore::new(0)), Arc::default());
+    enqueue_backlog(&db, 3_000, 20).await;
+    let a = start(&db, "a", 1, &gate, &runs);
+    let held = hold_blocking_jobs_ahead(&db, &runs).await;
+    db.client.cancel(held).await.unwrap();
+    // The slot frees up and `a` starts what it holds, the cancelled job
+    // among them (unless 500 ms passed and it was given back: then it ends
+    // cancelled there, also without running).
+    gate.add_permits(1_000);
+    eventually(WAIT, "the other jobs succeed", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 3_019).then_some(())
+    })
+    .await;
+    a.shutdown(WAIT).await.unwrap();
+    let state: String = sqlx::query_scalar("SELECT state::text FROM conveyor.jobs WHERE id = $1")
+        .bind(held)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "cancelled");
+    assert!(!runs.lock().unwrap().contains(&held), "its handler ran");
+}
