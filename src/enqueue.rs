@@ -299,7 +299,7 @@ impl Client {
                 let (spec, ids) = (&spec, &ids);
                 async move {
                     let mut tx = conn.begin_with(crate::db::BEGIN).await?;
-                    let taken = db::existing_ids(&mut tx, self.inner.queries, ids).await?;
+                    let taken = db::existing_ids(&mut *tx, self.inner.queries, ids).await?;
                     if resent && taken.len() == ids.len() {
                         // Our earlier try committed: the workflow is there.
                         return Ok(());

@@ -35,6 +35,8 @@ pub struct Metrics {
     size: IntGaugeVec,
     latency: GaugeVec,
     paused: IntGaugeVec,
+    workers: IntGaugeVec,
+    queue_workers: IntGaugeVec,
     processed: IntCounterVec,
     failed: IntCounterVec,
     duration: HistogramVec,
@@ -82,6 +84,22 @@ impl Metrics {
             &["queue"],
         )
         .map_err(metric_error)?;
+        let workers = IntGaugeVec::new(
+            Opts::new(
+                "conveyor_workers",
+                "Worker processes in the registry, by state (live, dead)",
+            ),
+            &["state"],
+        )
+        .map_err(metric_error)?;
+        let queue_workers = IntGaugeVec::new(
+            Opts::new(
+                "conveyor_queue_live_workers",
+                "Live workers serving the queue (0 with jobs pending: nobody will run them)",
+            ),
+            &["queue"],
+        )
+        .map_err(metric_error)?;
         let processed = IntCounterVec::new(
             Opts::new(
                 "conveyor_processed_total",
@@ -123,6 +141,8 @@ impl Metrics {
             Box::new(size.clone()),
             Box::new(latency.clone()),
             Box::new(paused.clone()),
+            Box::new(workers.clone()),
+            Box::new(queue_workers.clone()),
             Box::new(processed.clone()),
             Box::new(failed.clone()),
             Box::new(duration.clone()),
@@ -137,6 +157,8 @@ impl Metrics {
             size,
             latency,
             paused,
+            workers,
+            queue_workers,
             processed,
             failed,
             duration,
@@ -173,11 +195,17 @@ impl Metrics {
 
     /// Reads the queue's state from the database into the gauges.
     pub async fn refresh(&self, client: &Client) -> Result<()> {
-        let stats = client.queue_stats().await?;
+        let (stats, workers) = tokio::try_join!(client.queue_stats(), client.workers())?;
         self.jobs.reset();
         self.size.reset();
         self.latency.reset();
         self.paused.reset();
+        self.queue_workers.reset();
+        let live: Vec<_> = workers.iter().filter(|w| w.dead_at.is_none()).collect();
+        let live_count = i64::try_from(live.len()).unwrap_or(i64::MAX);
+        self.workers.with_label_values(&["live"]).set(live_count);
+        let dead = i64::try_from(workers.len() - live.len()).unwrap_or(i64::MAX);
+        self.workers.with_label_values(&["dead"]).set(dead);
         for s in &stats {
             let q = s.queue.as_str();
             for (state, n) in [
@@ -198,6 +226,13 @@ impl Metrics {
                 .with_label_values(&[q])
                 .set(s.oldest_pending_secs.unwrap_or(0.0));
             self.paused.with_label_values(&[q]).set(i64::from(s.paused));
+            let serving = live
+                .iter()
+                .filter(|w| w.queues.iter().any(|x| x == q))
+                .count();
+            self.queue_workers
+                .with_label_values(&[q])
+                .set(i64::try_from(serving).unwrap_or(i64::MAX));
         }
         Ok(())
     }

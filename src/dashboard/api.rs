@@ -1,5 +1,5 @@
 //! The JSON API behind the page: `GET api/overview`, `GET api/jobs`,
-//! `GET api/jobs/{id}`, `POST api/jobs/{id}/{retry|cancel|delete}`,
+//! `GET api/jobs/{id}`, `GET api/workers`, `POST api/jobs/{id}/{retry|cancel|delete}`,
 //! `POST api/queues/{queue}/{pause|resume}`. Errors are
 //! `{"error": "..."}` with a fitting status.
 
@@ -77,16 +77,33 @@ pub(super) async fn not_found() -> ApiError {
 /// page may show.
 pub(super) async fn overview(State(s): State<AppState>) -> ApiResult {
     let (pool, q) = (&s.client.inner.pool, s.client.inner.queries);
-    let (queues, totals) =
-        tokio::try_join!(sql::overview(pool, q), sql::totals(pool, q, TOTALS_CAP))?;
+    let (mut queues, totals, workers) = tokio::try_join!(
+        sql::overview(pool, q),
+        sql::totals(pool, q, TOTALS_CAP),
+        crate::db::list_workers(pool, q),
+    )?;
+    let live: Vec<_> = workers.iter().filter(|w| w.dead_at.is_none()).collect();
+    for queue in &mut queues {
+        queue.live_workers = live
+            .iter()
+            .filter(|w| w.queues.contains(&queue.queue))
+            .count() as i64;
+    }
     Ok(Json(json!({
         "queues": queues,
         "totals": totals,
+        "workers": { "live": live.len(), "dead": workers.len() - live.len() },
         "totals_cap": TOTALS_CAP,
         "read_only": s.config.read_only,
         "auth": s.config.requires_auth(),
         "now": Utc::now(),
     })))
+}
+
+/// `GET api/workers`: the worker registry, live workers first.
+pub(super) async fn workers(State(s): State<AppState>) -> ApiResult {
+    let workers = crate::db::list_workers(&s.client.inner.pool, s.client.inner.queries).await?;
+    Ok(Json(json!({ "workers": workers, "now": Utc::now() })))
 }
 
 fn parse_id(text: &str) -> Result<JobId, ApiError> {
@@ -200,6 +217,13 @@ pub(super) async fn job(State(s): State<AppState>, Path(id): Path<String>) -> Ap
         }
         members = sql::workflow_jobs(pool, q, wid, WORKFLOW_JOBS).await?;
         workflow = workflow_json(&w);
+        // A workflow that failed before its last step never created its
+        // result job: say so instead of linking to a job that is not there.
+        let result_job = w.result_job_id.map(|id| vec![id]).unwrap_or_default();
+        let exists = !crate::db::existing_ids(pool, q, &result_job)
+            .await?
+            .is_empty();
+        workflow["result_job_exists"] = json!(exists);
     }
     Ok(Json(json!({
         "job": job.to_json(),

@@ -150,6 +150,7 @@ pub fn router(client: Client, config: DashboardConfig) -> Router {
         .route("/", get(index))
         .route("/api/overview", get(api::overview))
         .route("/api/jobs", get(api::jobs))
+        .route("/api/workers", get(api::workers))
         .route("/api/jobs/{id}", get(api::job))
         .route("/api/jobs/{id}/{action}", post(api::job_action))
         .route("/api/queues/{queue}/{action}", post(api::queue_action))

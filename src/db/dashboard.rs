@@ -63,6 +63,9 @@ pub(crate) struct QueueRow {
     pub failed_24h: i64,
     pub cancelled_24h: i64,
     pub paused: bool,
+    /// Live workers in the registry serving this queue (set by the API).
+    #[sqlx(default)]
+    pub live_workers: i64,
 }
 
 /// Whole-table numbers: an estimate, and capped counts of kept finished jobs.

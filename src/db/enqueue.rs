@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 
 use super::Queries;
 use crate::error::{Error, Result};
@@ -131,8 +131,10 @@ pub(crate) async fn insert_all(
     if skipped.is_empty() {
         return Ok(out);
     }
-    let existing: std::collections::HashSet<JobId> =
-        existing_ids(conn, q, &skipped).await?.into_iter().collect();
+    let existing: std::collections::HashSet<JobId> = existing_ids(&mut *conn, q, &skipped)
+        .await?
+        .into_iter()
+        .collect();
     match skipped.iter().find(|id| !existing.contains(id)) {
         Some(id) => Err(Error::NotFound(*id)),
         None => Ok(out),
@@ -258,13 +260,13 @@ pub(crate) async fn enqueue_unique(
 }
 
 /// Those of `ids` that a job has already.
-pub(crate) async fn existing_ids(
-    conn: &mut PgConnection,
+pub(crate) async fn existing_ids<'e>(
+    exec: impl PgExecutor<'e>,
     q: &Queries,
     ids: &[JobId],
 ) -> Result<Vec<JobId>> {
     Ok(sqlx::query_scalar(q.existing_ids)
         .bind(ids)
-        .fetch_all(&mut *conn)
+        .fetch_all(exec)
         .await?)
 }

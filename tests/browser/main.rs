@@ -2,10 +2,12 @@
 //! chromedriver (WebDriver) with fantoccini, against a real worker.
 //!
 //! A job fails while its handler is "broken"; in the browser we sign in with
-//! the token, find the failure on the overview, open the failed jobs list and
-//! the job, read its error, repair the handler, press Retry and wait for the
-//! page to show the job succeeded. The overview is saved as a screenshot to
-//! `target/dashboard.png`.
+//! the token, see on the overview which queue no live worker serves, open
+//! the workers page, find the failure, open the failed jobs list and the
+//! job, read its error, repair the handler, press Retry and wait for the page
+//! to show the job succeeded; then the worker stops and the overview says no
+//! live worker is left. Screenshots go to `target/dashboard*.png` (the ones
+//! in `docs/screenshots/` are copies).
 //!
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
 //! `chromium` and `chromium-driver`; `CHROMIUM` and `CHROMEDRIVER` name
@@ -26,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use conveyor::dashboard::{self, DashboardConfig};
-use conveyor::{NewJob, TaskError, Worker};
+use conveyor::{NewJob, TaskError, Worker, WorkerHandle};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
@@ -199,6 +201,7 @@ async fn scenario(
     base: &str,
     broken: &AtomicBool,
     job: uuid::Uuid,
+    worker: WorkerHandle,
 ) -> Outcome {
     // Signed out: the login form. Sign in with the token.
     browser
@@ -230,11 +233,38 @@ async fn scenario(
         |t| t.trim() == "4",
     )
     .await?;
-    let shot = browser.screenshot().await.map_err(err("screenshot"))?;
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap_or(Path::new("."));
-    std::fs::write(target.join("dashboard.png"), shot).map_err(err("save target/dashboard.png"))?;
+    // Nobody serves "reports": the overview says so; "media" is served.
+    text_of(browser, "#no-worker", |t| {
+        t.contains("No live worker serves")
+    })
+    .await?;
+    text_of(browser, r#"[data-orphan="reports"]"#, |t| {
+        t.contains("3 pending")
+    })
+    .await?;
+    if browser
+        .find(Locator::Css(r#"[data-orphan="media"]"#))
+        .await
+        .is_ok()
+    {
+        return Err("media is served, yet the overview says nobody serves it".into());
+    }
+    text_of(browser, "#live-workers", |t| t.trim() == "1").await?;
+    screenshot(browser, "dashboard.png").await?;
+
+    // The workers page: this worker, live, running the transcode job.
+    click(browser, r#"a[data-nav="workers"]"#).await?;
+    let row = format!(r#"tr[data-worker="{}"]"#, worker.id());
+    text_of(browser, &format!("{row} td[data-col=\"busy\"]"), |t| {
+        t.trim() == "1 / 10"
+    })
+    .await?;
+    text_of(browser, &row, |t| {
+        t.contains("live") && t.contains("media, mail")
+    })
+    .await?;
+    screenshot(browser, "dashboard-workers.png").await?;
+    browser.back().await.map_err(err("back to the overview"))?;
 
     // The failed jobs of the queue, then the job.
     click(browser, &format!("{failures} a")).await?;
@@ -257,7 +287,30 @@ async fn scenario(
             "the page says success but the row does not ({result:?})"
         ));
     }
+
+    // The only worker stops (its transcode job is given back, pending): the
+    // overview says no live worker is left, within one refresh.
+    worker
+        .shutdown(Duration::from_millis(200))
+        .await
+        .map_err(err("stop the worker"))?;
+    browser.goto(base).await.map_err(err("open the overview"))?;
+    text_of(browser, "#no-worker", |t| t.contains("No live worker.")).await?;
+    text_of(browser, r#"[data-orphan="media"]"#, |t| {
+        t.contains("1 pending")
+    })
+    .await?;
+    screenshot(browser, "dashboard-no-worker.png").await?;
     Ok(())
+}
+
+/// Saves the page as `target/<name>` (copied by hand to docs/screenshots).
+async fn screenshot(browser: &Client, name: &str) -> Outcome {
+    let shot = browser.screenshot().await.map_err(err("screenshot"))?;
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap_or(Path::new("."));
+    std::fs::write(target.join(name), shot).map_err(err("save a screenshot in target/"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,7 +427,7 @@ async fn retry_a_failed_job_from_the_browser() {
 
     let driver = Driver::start(&chromedriver).await;
     let browser = connect(&driver, &chromium).await;
-    let outcome = scenario(&browser, &db, &base, &broken, job).await;
+    let outcome = scenario(&browser, &db, &base, &broken, job, worker).await;
     let page = match &outcome {
         Ok(()) => String::new(),
         Err(_) => browser.source().await.unwrap_or_default(),
@@ -382,8 +435,6 @@ async fn retry_a_failed_job_from_the_browser() {
     browser.close().await.ok();
     drop(driver);
     server.abort();
-    // The transcode job is given back (it never finishes by itself).
-    worker.shutdown(Duration::from_millis(200)).await.unwrap();
     if let Err(step) = outcome {
         panic!("{step}\n--- page source ---\n{page}");
     }

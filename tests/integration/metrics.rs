@@ -72,9 +72,25 @@ async fn the_metrics_endpoint_reports_what_the_table_holds() {
             .then_some(())
     })
     .await;
+    // The registry: one live worker, serving media and not idle.
+    let text = crate::common::eventually(WAIT, "the worker registered", || async {
+        let text = scrape(&metrics, c).await;
+        text.contains("conveyor_workers{state=\"live\"} 1")
+            .then_some(text)
+    })
+    .await;
+    assert_eq!(
+        sample(&text, "conveyor_queue_live_workers{queue=\"media\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(&text, "conveyor_queue_live_workers{queue=\"idle\"}"),
+        0.0
+    );
     worker.shutdown(WAIT).await.unwrap();
 
     let text = scrape(&metrics, c).await;
+    assert_eq!(sample(&text, "conveyor_workers{state=\"live\"}"), 0.0);
     let table: Vec<(String, String, i64)> =
         sqlx::query_as("SELECT queue, state, count(*) FROM conveyor.jobs GROUP BY 1, 2")
             .fetch_all(&db.pool)

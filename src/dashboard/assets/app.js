@@ -140,10 +140,20 @@ function renderOverview(o) {
   const head = ['queue', 'scheduled', 'pending', 'started', 'retry', 'oldest pending',
     'ok / 1 min', 'failed / 1 min', 'ok / 1 h', 'failed / 1 h', 'failed / 24 h', ''];
   const opt = new Set([5, 7, 8, 9]);
+  // Queues with work waiting and nobody to do it: said first, plainly.
+  const orphans = o.queues.filter((q) => q.pending > 0 && q.live_workers === 0);
+  const warning = orphans.length === 0 ? null : h('div', { class: 'warning', id: 'no-worker', role: 'alert' },
+    h('b', {}, o.workers.live === 0 ? 'No live worker. ' : 'No live worker serves ' + (orphans.length === 1 ? 'this queue' : 'these queues') + ': '),
+    orphans.flatMap((q, i) => [i ? ', ' : '', h('span', { 'data-orphan': q.queue }, q.queue + ' (' + q.pending.toLocaleString() + ' pending)')]),
+    o.workers.live === 0 ? ' wait with nobody to run them.' : '.',
+    ' ', h('a', { href: '#/workers' }, 'Workers'));
   app.replaceChildren(
     h('h1', {}, 'Queues'),
+    warning,
     h('div', { class: 'cards' },
       card('processed / min', perMin.toLocaleString(), sparkline(samples)),
+      card('live workers', h('a', { href: '#/workers', id: 'live-workers' }, o.workers.live.toLocaleString()),
+        o.workers.dead ? h('div', { class: 'l error' }, o.workers.dead + ' dead') : null),
       card('waiting (pending)', sum('pending').toLocaleString()),
       card('running', sum('started').toLocaleString()),
       card('scheduled + retry', (sum('scheduled') + sum('retry')).toLocaleString()),
@@ -165,6 +175,43 @@ async function refreshOverview() {
     setMode(o);
     if (mine === view) renderOverview(o);
   } catch (e) { flash(e.message, true); }
+}
+
+// --- workers -----------------------------------------------------------------
+
+function workerRow(w) {
+  const dead = w.dead_at !== null;
+  return h('tr', { 'data-worker': w.id, class: dead ? 'dead' : '' },
+    h('td', { class: 'mono' }, w.id), h('td', {}, dead ? h('span', { class: 'badge s-failure' }, 'dead') : h('span', { class: 'badge s-success' }, 'live')),
+    h('td', {}, w.host), h('td', { class: 'num' }, w.pid), h('td', {}, w.queues.join(', ')),
+    h('td', { class: 'num', 'data-col': 'busy' }, w.busy + ' / ' + w.concurrency),
+    h('td', { class: 'opt' }, when(w.started_at)), h('td', {}, when(w.last_beat_at)),
+    h('td', { class: 'opt' }, dead ? when(w.dead_at) : 'every ' + secs(w.beat_interval_secs)),
+    h('td', { class: 'opt mono' }, w.version));
+}
+
+async function showWorkers() {
+  const mine = view;
+  async function load() {
+    try {
+      const d = await api('workers');
+      if (mine !== view) return;
+      const live = d.workers.filter((w) => w.dead_at === null);
+      app.replaceChildren(h('h1', {}, 'Workers'),
+        h('div', { class: 'cards' },
+          card('live workers', live.length.toLocaleString()),
+          card('busy slots', live.reduce((a, w) => a + w.busy, 0).toLocaleString() + ' / ' + live.reduce((a, w) => a + w.concurrency, 0).toLocaleString())),
+        h('h2', {}, 'Registry'),
+        d.workers.length === 0 ? h('p', { class: 'muted', id: 'no-workers' }, 'No worker is registered: none is running.')
+          : h('div', { class: 'scroll' }, h('table', { id: 'workers' },
+            h('thead', {}, h('tr', {}, ['id', 'state', 'host', 'pid', 'queues', 'busy', 'started', 'last beat', 'beats / died', 'version']
+              .map((t, i) => h('th', { class: (i === 3 || i === 5 ? 'num' : '') + (i === 6 || i >= 8 ? ' opt' : '') }, t)))),
+            h('tbody', {}, d.workers.map(workerRow)))),
+        h('p', { class: 'muted' }, 'Live workers first. A worker silent for three beats is dead (killed, hung or cut off); its row goes a day later. A clean stop removes it at once. Refreshed every 3 s.'));
+    } catch (e) { flash(e.message, true); }
+  }
+  await load();
+  if (mine === view) timer = setInterval(load, 3000);
 }
 
 // --- job lists ---------------------------------------------------------------
@@ -247,7 +294,8 @@ function workflowPanel(w, parent, members, jobId) {
   return h('section', {}, h('h2', {}, 'Workflow'), h('div', { class: 'panel', id: 'workflow' },
     facts([['kind', w.kind], ['state', badge(w.state)], ['id', h('span', { class: 'mono' }, w.id)],
       ['progress', h('span', {}, w.succeeded + ' succeeded, ' + w.failed + ' failed of ' + w.total)],
-      ['result job', link(w.result_job_id)], w.error ? ['error', h('span', { class: 'error' }, w.error)] : null,
+      ['result job', w.result_job_exists ? link(w.result_job_id)
+        : h('span', { class: 'muted', id: 'result-job' }, w.result_job_id ? 'never created: the workflow ended before its last step' : '—')], w.error ? ['error', h('span', { class: 'error' }, w.error)] : null,
       w.failed_job_id ? ['failed job', link(w.failed_job_id)] : null,
       parent ? ['inside', h('span', {}, parent.kind + ' ' + parent.state + ' (' + parent.succeeded + '/' + parent.total + ')')] : null,
       ['created', when(w.created_at)], ['finished', when(w.finished_at)]]),
@@ -326,8 +374,10 @@ async function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
   const [path, query] = hash.split('?');
   for (const a of document.querySelectorAll('[data-nav]')) {
-    a.classList.toggle('active', path.startsWith('/job') ? a.dataset.nav === 'jobs' : a.dataset.nav === 'overview');
+    const nav = path.startsWith('/job') ? 'jobs' : path === '/workers' ? 'workers' : 'overview';
+    a.classList.toggle('active', a.dataset.nav === nav);
   }
+  if (path === '/workers') return showWorkers();
   if (path.startsWith('/job/')) return showJob(decodeURIComponent(path.slice(5)));
   if (path === '/jobs') return showJobs(new URLSearchParams(query || ''));
   await refreshOverview();

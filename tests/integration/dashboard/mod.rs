@@ -454,3 +454,107 @@ async fn actions_change_the_database() {
         "a/b"
     );
 }
+
+/// The overview says which queues have pending jobs and no live worker, and
+/// the workers page lists the registry; a clean stop shows at once.
+#[tokio::test]
+async fn the_overview_says_when_no_live_worker_serves_a_queue() {
+    let db = TestDb::new().await;
+    insert(&db, 3, "media", "resize", "").await;
+    insert(&db, 2, "mail", "send", "").await;
+    let router = open(&db);
+    let live_workers = |body: &Value, queue: &str| {
+        body["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["queue"] == queue)
+            .map(|q| {
+                (
+                    q["pending"].as_i64().unwrap(),
+                    q["live_workers"].as_i64().unwrap(),
+                )
+            })
+    };
+    let o = get(&router, "/api/overview").await.body;
+    assert_eq!(o["workers"], json!({"live": 0, "dead": 0}));
+    assert_eq!(live_workers(&o, "media"), Some((3, 0)));
+
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let worker = conveyor::Worker::builder(&db.client)
+        .id("media-1")
+        .queues(["media"])
+        .register_fn("resize", move |_, _| {
+            let gate = held.clone();
+            async move {
+                let _permit = gate.acquire().await;
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    let o = crate::common::eventually(crate::common::WAIT, "the worker registered", || async {
+        let o = get(&router, "/api/overview").await.body;
+        (o["workers"]["live"] == 1).then_some(o)
+    })
+    .await;
+    assert_eq!(live_workers(&o, "media").map(|q| q.1), Some(1));
+    assert_eq!(live_workers(&o, "mail"), Some((2, 0)), "nobody serves mail");
+    let listed = get(&router, "/api/workers").await;
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.body["workers"][0]["id"], "media-1");
+    assert_eq!(listed.body["workers"][0]["queues"], json!(["media"]));
+
+    gate.add_permits(3);
+    worker.shutdown(crate::common::WAIT).await.unwrap();
+    insert(&db, 1, "media", "resize", "").await;
+    let o = get(&router, "/api/overview").await.body;
+    assert_eq!(
+        o["workers"],
+        json!({"live": 0, "dead": 0}),
+        "a clean stop leaves at once"
+    );
+    assert_eq!(live_workers(&o, "media"), Some((1, 0)));
+    assert_eq!(
+        get(&router, "/api/workers").await.body["workers"],
+        json!([])
+    );
+}
+
+/// A chord that failed never created its callback: the job page says so
+/// instead of linking to a job that is not there (it led to a 404).
+#[tokio::test]
+async fn a_failed_chords_result_job_is_not_linked() {
+    use conveyor::{Group, NewJob, TaskError, Worker};
+    let db = TestDb::new().await;
+    let worker = Worker::builder(&db.client)
+        .register_fn("member", |_, args: Value| async move {
+            if args == json!(1) {
+                Err(TaskError::fail("member 1 is broken"))
+            } else {
+                Ok(args)
+            }
+        })
+        .register_fn("sum", |_, _| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    let chord = Group::new((0..3).map(|n| NewJob::new("member", json!(n)).max_retries(0)))
+        .then_job(NewJob::new("sum", json!([])));
+    let handle = db.client.enqueue_workflow(chord).await.unwrap();
+    assert!(handle.wait(crate::common::WAIT).await.is_err());
+    let member: Uuid = sqlx::query_scalar(
+        "SELECT id FROM conveyor.jobs WHERE workflow_id = $1 AND workflow_index = 1",
+    )
+    .bind(handle.id())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let reply = get(&open(&db), &format!("/api/jobs/{member}")).await;
+    let w = &reply.body["workflow"];
+    assert_eq!(w["state"], "failure");
+    assert!(w["result_job_id"].is_string());
+    assert_eq!(w["result_job_exists"], false);
+    assert_eq!(count_jobs(&db.pool, "task = 'sum'").await, 0);
+    worker.shutdown(crate::common::WAIT).await.unwrap();
+}
