@@ -79,9 +79,20 @@ pub(crate) async fn prune_leftovers<'e>(
         .await?)
 }
 
+/// How long the server keeps a leader's session that says nothing. The
+/// leader pings at least every 2 s; one cut off from the database (its TCP
+/// connection open, so the server cannot tell) loses the lock after this
+/// instead of when TCP keepalive gives up, hours later, and another process
+/// takes over.
+const LEADER_IDLE_LIMIT: &str = "SET idle_session_timeout = '8s'";
+
 /// Takes the periodic scheduler's leadership on `conn` (a session lock, held
 /// until released or the connection ends); false if another process has it.
 pub(crate) async fn try_lead_periodic(conn: &mut PgConnection, q: &Queries) -> Result<bool> {
+    // PostgreSQL 14 and later; on older servers the limit is just not set.
+    if let Err(error) = sqlx::raw_sql(LEADER_IDLE_LIMIT).execute(&mut *conn).await {
+        tracing::debug!(%error, "conveyor: cannot bound the periodic leader's idle session");
+    }
     Ok(sqlx::query_scalar(
         "SELECT pg_try_advisory_lock(hashtextextended('conveyor.periodic:' || $1, 0))",
     )

@@ -182,8 +182,10 @@ pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>, checkpoin
             Ok(false) => {}
             Err(error) => tracing::debug!(%error, "conveyor: periodic leadership check failed"),
         }
-        // Closing the connection releases the lock, if held.
-        let _ = conn.close().await;
+        // Closing the connection releases the lock, if held (dropped if the
+        // server does not answer: it ends the session itself, see
+        // `db::try_lead_periodic`).
+        let _ = tokio::time::timeout(LEADER_CHECK, conn.close()).await;
         tokio::time::sleep(LEADER_CHECK).await;
     }
 }
@@ -203,6 +205,7 @@ async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) 
         }
         next.push(periodic.next_after(now));
     }
+    let mut pinged = tokio::time::Instant::now();
     loop {
         let Some((index, slot)) = next
             .iter()
@@ -215,13 +218,35 @@ async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) 
         let wait = (slot - Utc::now()).to_std().unwrap_or_default();
         if wait > LEADER_CHECK {
             tokio::time::sleep(LEADER_CHECK).await;
-            db::ping(conn).await?;
+            still_leading(conn, &mut pinged).await?;
             continue;
         }
         tokio::time::sleep(wait).await;
+        // Frequent slots too: the session must not sit idle (the server
+        // ends it after 8 s) and a lost one must stop us enqueueing.
+        if pinged.elapsed() >= LEADER_CHECK {
+            still_leading(conn, &mut pinged).await?;
+        }
         enqueue(client, &schedules[index], slot).await?;
         next[index] = schedules[index].next_after(slot);
     }
+}
+
+/// Checks the leadership connection answers within [`LEADER_CHECK`]; an
+/// error (or silence: a network cut) ends the leadership.
+async fn still_leading(conn: &mut PgConnection, pinged: &mut tokio::time::Instant) -> Result<()> {
+    match tokio::time::timeout(LEADER_CHECK, db::ping(conn)).await {
+        Ok(answer) => answer?,
+        Err(_) => {
+            let silent = std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the leadership connection did not answer within 2 s",
+            );
+            return Err(crate::Error::Database(sqlx::Error::Io(silent)));
+        }
+    }
+    *pinged = tokio::time::Instant::now();
+    Ok(())
 }
 
 /// The latest slot in `(after, until]`, if any (bounded search).

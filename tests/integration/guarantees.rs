@@ -119,7 +119,7 @@ async fn a_worker_cut_off_mid_transaction_releases_its_locks() {
     let db = TestDb::new().await;
     let proxy = Proxy::start("127.0.0.1:5432").await;
     // A's first rescue holds the lock when its statement goes out; freeze there.
-    proxy.freeze_after(b"Recover jobs whose lease expired");
+    proxy.freeze_after(b"Recover jobs whose lease expired", 0);
     let client_a = Client::new(pool_on(&proxy.url(&db.url()), 4));
     let worker_a = Worker::builder(&client_a)
         .rescue_interval(Duration::from_millis(50))
@@ -441,8 +441,10 @@ async fn handlers_holding_every_connection_do_not_starve_lease_renewals() {
     let client = Client::new(small.clone());
     let runs = Arc::new(AtomicUsize::new(0));
     let (r, pool) = (runs.clone(), small.clone());
+    // (A 1.2 s lease: with 600 ms a job ran twice once, under the whole
+    // suite's load on 2 cores.)
     let hog = Worker::builder(&client)
-        .lease(Duration::from_millis(600))
+        .lease(Duration::from_millis(1_200))
         .concurrency(3)
         .register_fn("hog", move |_, _| {
             let (runs, pool) = (r.clone(), pool.clone());
@@ -450,7 +452,7 @@ async fn handlers_holding_every_connection_do_not_starve_lease_renewals() {
                 runs.fetch_add(1, Ordering::SeqCst);
                 // Holds a connection of the client's pool for 3 leases.
                 let _conn = pool.acquire().await?;
-                tokio::time::sleep(Duration::from_millis(1_800)).await;
+                tokio::time::sleep(Duration::from_millis(3_600)).await;
                 Ok(Value::Null)
             }
         })

@@ -126,3 +126,41 @@ async fn a_missed_slot_is_enqueued_once_or_skipped_as_configured() {
     );
     assert_eq!(count_jobs(&db.pool, "args->>'schedule' = 'skip'").await, 0);
 }
+
+/// A leader cut off from the database (its TCP connection open, so the
+/// server cannot tell) loses the leadership within seconds and another
+/// process schedules: without a bound on its idle session the lock stayed
+/// taken for as long as the cut lasted, and no slot was enqueued.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_database_hands_over() {
+    let db = TestDb::new().await;
+    let proxy = crate::proxy::Proxy::start("127.0.0.1:5432").await;
+    // A takes the lock, then its leadership connection hears nothing more.
+    proxy.freeze_after(b"conveyor.periodic:", 1);
+    let client_a = conveyor::Client::connect(&proxy.url(&db.url()))
+        .await
+        .unwrap();
+    let schedule = || Periodic::every("cut", Duration::from_millis(500), tick);
+    let a = Worker::builder(&client_a)
+        .periodic(schedule())
+        .register_fn("tick", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "A to take the lock and be cut off", || async {
+        proxy.fired().then_some(())
+    })
+    .await;
+    let b = Worker::builder(&db.client)
+        .periodic(schedule())
+        .register_fn("tick", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "B to lead and enqueue a slot", || async {
+        (count_jobs(&db.pool, "task = 'tick'").await >= 1).then_some(())
+    })
+    .await;
+    b.shutdown(WAIT).await.unwrap();
+    // (Through the proxy, still up: A's frozen leadership connection is
+    // given up after a 2 s ping timeout, its other connections work.)
+    a.shutdown(WAIT).await.unwrap();
+}

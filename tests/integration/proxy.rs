@@ -23,8 +23,10 @@ struct Shared {
     cut: watch::Sender<bool>,
     /// The armed lost-acknowledgement needle, taken by the first match.
     armed: Mutex<Option<Vec<u8>>>,
-    /// The armed freeze needle, taken by the first match.
+    /// The armed freeze needle, taken by the first match, and how many more
+    /// client chunks go through after it.
     freeze: Mutex<Option<Vec<u8>>>,
+    freeze_more: AtomicUsize,
     fired: AtomicBool,
     accepted: AtomicUsize,
     /// Connection tasks, to abort on `kill_all` and on drop.
@@ -54,6 +56,7 @@ impl Proxy {
             cut: watch::Sender::new(false),
             armed: Mutex::new(None),
             freeze: Mutex::new(None),
+            freeze_more: AtomicUsize::new(0),
             fired: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             conns: Mutex::new(Vec::new()),
@@ -99,10 +102,14 @@ impl Proxy {
     }
 
     /// Arms a one-shot partition of one connection: the next client→server
-    /// chunk containing `needle` is forwarded, then that connection forwards
-    /// nothing more either way and is left open (the server sees a live, idle
-    /// client) until `kill_all` or drop. `fired` tells when it happened.
-    pub fn freeze_after(&self, needle: &[u8]) {
+    /// chunk containing `needle` is forwarded, and `more` chunks after it on
+    /// that connection, then it forwards nothing more either way and is left
+    /// open (the server sees a live, idle client) until `kill_all` or drop.
+    /// `fired` tells when it happened. (sqlx sends a new statement's text in
+    /// one chunk, Parse, and runs it in the next, Bind and Execute: `more` = 1
+    /// lets the statement run and loses its answer.)
+    pub fn freeze_after(&self, needle: &[u8], more: usize) {
+        self.shared.freeze_more.store(more, Ordering::SeqCst);
         *lock(&self.shared.freeze) = Some(needle.to_vec());
     }
 
@@ -182,6 +189,8 @@ struct Flags {
     lose: AtomicBool,
     /// Forward nothing more, close nothing.
     frozen: AtomicBool,
+    /// Client chunks still to forward before freezing, once the needle matched.
+    freeze_in: Mutex<Option<usize>>,
 }
 
 /// Forwards `from` to `to` until either ends (`None`). Client→server
@@ -214,7 +223,13 @@ async fn pump(
             if take_if_armed(&shared.armed, &tail, chunk) {
                 flags.lose.store(true, Ordering::SeqCst);
             }
-            freeze = take_if_armed(&shared.freeze, &tail, chunk);
+            let mut freeze_in = lock(&flags.freeze_in);
+            if take_if_armed(&shared.freeze, &tail, chunk) {
+                *freeze_in = Some(shared.freeze_more.load(Ordering::SeqCst));
+            } else if let Some(n) = freeze_in.as_mut() {
+                *n = n.saturating_sub(1);
+            }
+            freeze = *freeze_in == Some(0);
             tail.extend_from_slice(chunk);
             tail.drain(..tail.len().saturating_sub(TAIL));
         }
