@@ -2,7 +2,9 @@
 //! re-queue, delete.
 
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryScalar;
+use sqlx::{PgConnection, PgExecutor, Postgres};
 
 use super::{Queries, parse_state};
 use crate::error::Result;
@@ -56,14 +58,7 @@ pub(crate) async fn list_job_ids<'e>(
     q: &Queries,
     f: &crate::records::JobFilter,
 ) -> Result<Vec<JobId>> {
-    Ok(sqlx::query_scalar(q.list_job_ids)
-        .persistent(false)
-        .bind(f.queue.as_deref())
-        .bind(f.state.map(JobState::as_str))
-        .bind(f.task.as_deref())
-        .bind(f.created_after)
-        .bind(f.created_before)
-        .bind(f.before_id)
+    Ok(bind_filter(sqlx::query_scalar(q.list_job_ids), f)
         .bind(f.limit)
         .fetch_all(exec)
         .await?)
@@ -75,7 +70,19 @@ pub(crate) async fn count_jobs<'e>(
     q: &Queries,
     f: &crate::records::JobFilter,
 ) -> Result<i64> {
-    Ok(sqlx::query_scalar(q.count_jobs)
+    Ok(bind_filter(sqlx::query_scalar(q.count_jobs), f)
+        .fetch_one(exec)
+        .await?)
+}
+
+/// Binds `f`'s conditions as $1-$6 (queue, state, task, created after,
+/// created before, before id) of `list_job_ids.sql` and `count_jobs.sql`,
+/// unprepared: the plan depends on which are given.
+fn bind_filter<'q, O>(
+    query: QueryScalar<'q, Postgres, O, PgArguments>,
+    f: &'q crate::records::JobFilter,
+) -> QueryScalar<'q, Postgres, O, PgArguments> {
+    query
         .persistent(false)
         .bind(f.queue.as_deref())
         .bind(f.state.map(JobState::as_str))
@@ -83,8 +90,6 @@ pub(crate) async fn count_jobs<'e>(
         .bind(f.created_after)
         .bind(f.created_before)
         .bind(f.before_id)
-        .fetch_one(exec)
-        .await?)
 }
 
 pub(crate) async fn queue_stats<'e>(

@@ -6,7 +6,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool, Row};
 
 use super::Queries;
 use crate::error::Result;
-use crate::job::{JobId, JobState};
+use crate::job::{Job, JobId, JobState};
 
 /// The outcome of one attempt, as the completer writes it.
 #[derive(Debug, Clone)]
@@ -24,6 +24,24 @@ pub(crate) struct OutcomeRow {
     /// The job belongs to a workflow or has callbacks: its final outcome
     /// needs `conveyor_internal.after_finish()`.
     pub follow_up: bool,
+}
+
+impl OutcomeRow {
+    /// `job` ended `cancelled` under the claim `lease_token` (its handler
+    /// stopped, or never ran).
+    pub(crate) fn cancelled(job: &Job, lease_token: i64) -> OutcomeRow {
+        OutcomeRow {
+            id: job.id,
+            lease_token,
+            queue: job.queue.clone(),
+            task: job.task.clone(),
+            state: JobState::Cancelled,
+            result: None,
+            error: Some("cancelled".to_string()),
+            retry_in_secs: None,
+            follow_up: job.has_follow_up(),
+        }
+    }
 }
 
 /// Writes a batch of outcomes; returns which rows were still held by their

@@ -17,7 +17,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::db;
-use crate::job::JobState;
 use crate::worker::executor;
 use crate::worker::lease::{Ahead, lock};
 use crate::worker::producer::Producer;
@@ -88,17 +87,8 @@ impl Producer {
             if lease.cancel.is_cancelled() {
                 // Cancelled while held: it ends cancelled without running.
                 if lease.hand_over() {
-                    self.outcomes.send(db::OutcomeRow {
-                        id: job.id,
-                        lease_token: lease.token,
-                        queue: job.queue.clone(),
-                        task: job.task.clone(),
-                        state: JobState::Cancelled,
-                        result: None,
-                        error: Some("cancelled".to_string()),
-                        retry_in_secs: None,
-                        follow_up: job.has_follow_up(),
-                    });
+                    self.outcomes
+                        .send(db::OutcomeRow::cancelled(&job, lease.token));
                 }
                 continue;
             }

@@ -101,17 +101,7 @@ pub(crate) async fn execute(
                 Ok(Ok(Ok(value))) if !lease.is_lost() => Ok(value),
                 _ => {
                     running.0.abort();
-                    let outcome = OutcomeRow {
-                        id: job.id,
-                        lease_token: lease.token,
-                        queue: job.queue.clone(),
-                        task: job.task.clone(),
-                        state: JobState::Cancelled,
-                        result: None,
-                        error: Some("cancelled".to_string()),
-                        retry_in_secs: None,
-                        follow_up: job.has_follow_up(),
-                    };
+                    let outcome = OutcomeRow::cancelled(&job, lease.token);
                     span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes, record));
                     return;
                 }
