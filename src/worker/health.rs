@@ -85,6 +85,10 @@ pub struct WorkerHealth {
     /// Claimed jobs whose row could not be decoded (each was failed with the
     /// reason, without running).
     pub undecodable_jobs: u64,
+    /// Cancellation requests this worker received for a job it was running
+    /// or holding ahead, and passed on (the handler's `ctx.cancelled()`
+    /// resolved, or the held job ended cancelled without starting).
+    pub cancels_received: u64,
 }
 
 /// The live counters behind [`WorkerHealth`], shared by the worker's tasks.
@@ -95,6 +99,7 @@ pub(crate) struct Health {
     last_panic: Mutex<Option<(WorkerTask, String)>>,
     leases_lost: AtomicU64,
     undecodable: AtomicU64,
+    cancels: AtomicU64,
     /// Tasks told to panic at their next checkpoint (a test hook).
     faults: Mutex<Vec<WorkerTask>>,
     #[cfg(feature = "metrics")]
@@ -131,6 +136,7 @@ impl Health {
                 .clone(),
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             undecodable_jobs: self.undecodable.load(Ordering::Relaxed),
+            cancels_received: self.cancels.load(Ordering::Relaxed),
         }
     }
 
@@ -162,6 +168,11 @@ impl Health {
 
     pub(crate) fn undecodable(&self, n: usize) {
         self.undecodable.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A cancellation request reached `n` of this worker's claims.
+    pub(crate) fn cancels_received(&self, n: usize) {
+        self.cancels.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Arms a panic at `task`'s next checkpoint (test hook).

@@ -65,9 +65,10 @@ pub(crate) async fn run(
             match renewed.get(&held.key()) {
                 Some(cancel) => {
                     held.renewed(sent, lease);
-                    if *cancel {
+                    if *cancel && !held.cancel.is_cancelled() {
                         // A cancellation whose notification this worker missed.
                         held.cancel.cancel();
+                        health.cancels_received(1);
                     }
                 }
                 // Handed over since the snapshot: the completer settles it.

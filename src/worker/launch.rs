@@ -142,7 +142,7 @@ impl WorkerBuilder {
                         if channel == q.job_cancel_channel =>
                     {
                         if let Ok(id) = payload.parse() {
-                            cancel_running(&running, id);
+                            health.cancels_received(cancel_running(&running, id));
                         }
                     }
                     ListenEvent::Notification { channel, .. }

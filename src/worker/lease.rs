@@ -159,10 +159,16 @@ pub(crate) fn snapshot(running: &RunningJobs) -> Vec<Arc<Lease>> {
 }
 
 /// Signals cancellation to the job `id`, if this worker runs it or holds it
-/// ahead (then it ends cancelled as soon as it is started).
-pub(crate) fn cancel_running(running: &RunningJobs, id: JobId) {
-    for lease in snapshot(running).into_iter().filter(|lease| lease.id == id) {
+/// ahead (then it ends cancelled as soon as it is started). Returns how many
+/// claims it newly reached (0 or 1).
+pub(crate) fn cancel_running(running: &RunningJobs, id: JobId) -> usize {
+    let leases: Vec<_> = snapshot(running)
+        .into_iter()
+        .filter(|lease| lease.id == id && !lease.cancel.is_cancelled())
+        .collect();
+    for lease in &leases {
         tracing::info!(job.id = %id, "conveyor: cancelling running job");
         lease.cancel.cancel();
     }
+    leases.len()
 }

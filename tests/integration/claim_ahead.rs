@@ -152,9 +152,18 @@ async fn a_job_cancelled_while_held_ahead_ends_cancelled_without_running() {
     let a = start(&db, "a", 1, &gate, &runs);
     let held = hold_blocking_jobs_ahead(&db, &runs).await;
     db.client.cancel(held).await.unwrap();
+    // The request reaches `a` by notification; opening the gate before it
+    // arrives would start the job (a cancel that comes after a job started
+    // is for its handler to honour). Unless 500 ms passed and the job was
+    // given back: then it ended cancelled there, also without running.
+    eventually(WAIT, "a hears of the cancellation", || async {
+        let heard = a.health().cancels_received == 1;
+        let given_back = count_jobs(&db.pool, "state = 'cancelled'").await == 1;
+        (heard || given_back).then_some(())
+    })
+    .await;
     // The slot frees up and `a` starts what it holds, the cancelled job
-    // among them (unless 500 ms passed and it was given back: then it ends
-    // cancelled there, also without running).
+    // among them.
     gate.add_permits(1_000);
     eventually(WAIT, "the other jobs succeed", || async {
         (count_jobs(&db.pool, "state = 'success'").await == 3_019).then_some(())
