@@ -12,6 +12,7 @@
 //! Scenario H (the soak) runs only when named with `--only H` or `--soak`,
 //! as it takes 30 minutes.
 
+mod plot;
 mod scenarios;
 mod snapshot;
 mod support;
@@ -57,6 +58,13 @@ struct Args {
     /// S: offered rate, jobs/s (default 1,500).
     #[arg(long)]
     offered_rate: Option<u64>,
+    /// Instead of running: plot captured S runs, LABEL=PATH of a saved
+    /// output (repeat for each run), into `--plot-out`.
+    #[arg(long)]
+    plot_s: Vec<String>,
+    /// The SVG file `--plot-s` writes.
+    #[arg(long, default_value = "docs/held-snapshot.svg")]
+    plot_out: String,
 }
 
 fn main() -> Result<()> {
@@ -67,6 +75,9 @@ fn main() -> Result<()> {
         return runtime.block_on(support::worker_child_main(concurrency.parse()?));
     }
     let args = Args::parse();
+    if !args.plot_s.is_empty() {
+        return plot::held_snapshot(&args.plot_s, &args.plot_out);
+    }
     runtime.block_on(run(args))
 }
 

@@ -166,15 +166,18 @@ impl BenchDb {
     }
 
     pub async fn count_state(&self, state: &str) -> Result<i64> {
-        Ok(
-            sqlx::query_scalar(
-                "SELECT count(*) FROM conveyor.jobs WHERE queue = $1 AND state = $2",
-            )
+        // Pending jobs are the ready ring's; counting them in conveyor.jobs
+        // would read the whole table (no index serves it).
+        let sql = if state == "pending" {
+            "SELECT count(*) FROM conveyor.ready WHERE queue = $1 AND $2 = 'pending'"
+        } else {
+            "SELECT count(*) FROM conveyor.jobs WHERE queue = $1 AND state = $2"
+        };
+        Ok(sqlx::query_scalar(sql)
             .bind(QUEUE)
             .bind(state)
             .fetch_one(&self.pool)
-            .await?,
-        )
+            .await?)
     }
 
     /// Waits until `n` worker listeners are connected (they LISTEN for job_ready).

@@ -24,6 +24,7 @@ struct Statements {
     overview: &'static str,
     totals: &'static str,
     jobs_active: &'static str,
+    jobs_pending: &'static str,
     jobs_finished: &'static str,
     workflow_jobs: &'static str,
 }
@@ -41,6 +42,7 @@ fn statements(q: &Queries) -> &'static Statements {
             overview: load(include_str!("dashboard_overview.sql")),
             totals: load(include_str!("dashboard_totals.sql")),
             jobs_active: load(include_str!("dashboard_jobs_active.sql")),
+            jobs_pending: load(include_str!("dashboard_jobs_pending.sql")),
             jobs_finished: load(include_str!("dashboard_jobs_finished.sql")),
             workflow_jobs: load(include_str!("dashboard_workflow_jobs.sql")),
         }))
@@ -166,15 +168,26 @@ pub(crate) async fn list_jobs(
             Some(Cursor::Before(id)) => Some(id),
             _ => None,
         };
-        sqlx::query_as(s.jobs_active)
-            .persistent(false)
-            .bind(page.state.as_str())
-            .bind(page.queue)
-            .bind(page.task)
-            .bind(before)
-            .bind(page.limit)
-            .fetch_all(pool)
-            .await?
+        if page.state == JobState::Pending {
+            sqlx::query_as(s.jobs_pending)
+                .persistent(false)
+                .bind(page.queue)
+                .bind(page.task)
+                .bind(before)
+                .bind(page.limit)
+                .fetch_all(pool)
+                .await?
+        } else {
+            sqlx::query_as(s.jobs_active)
+                .persistent(false)
+                .bind(page.state.as_str())
+                .bind(page.queue)
+                .bind(page.task)
+                .bind(before)
+                .bind(page.limit)
+                .fetch_all(pool)
+                .await?
+        }
     };
     Ok(rows)
 }

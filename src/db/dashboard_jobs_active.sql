@@ -1,5 +1,5 @@
--- Dashboard: a page of jobs in one unfinished state ($1: scheduled, pending,
--- started or retry), newest first, optionally of one queue ($2) and task
+-- Dashboard: a page of jobs in one unfinished state ($1: scheduled, started
+-- or retry; pending jobs have dashboard_jobs_pending.sql), newest first, optionally of one queue ($2) and task
 -- ($3); $4 pages: only ids below it; $5 rows. Planned afresh with the actual
 -- values, so the state's partial index finds a small backlog and the
 -- primary key, read backwards, a big one. Light columns only: args and

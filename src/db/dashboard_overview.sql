@@ -1,8 +1,9 @@
 -- Dashboard overview, one row per queue that has unfinished jobs, finished
 -- some recently, or has settings. Polled every few seconds, so it never
 -- counts the whole table:
---   * unfinished states are counted exactly, through their partial indexes
---     (jobs_claim_idx, jobs_waiting_idx, jobs_running_idx): the cost follows
+--   * unfinished states are counted exactly: pending jobs in the ready ring
+--     (conveyor.ready, which holds nothing else), the others through their
+--     partial indexes (jobs_waiting_idx, jobs_running_idx): the cost follows
 --     the backlog, not the history;
 --   * finished jobs are counted over recent windows only, through
 --     jobs_finished_idx (state, finished_at): successes over the last hour,
@@ -13,7 +14,7 @@
 WITH active AS (
     SELECT queue, 'pending'::text AS state, count(*) AS n,
            extract(epoch FROM now() - min(run_at))::float8 AS oldest_pending_secs
-    FROM conveyor.jobs WHERE state = 'pending'
+    FROM conveyor.ready
     GROUP BY queue
     UNION ALL
     SELECT queue, state, count(*), NULL

@@ -1,5 +1,5 @@
-//! Maintenance services: rescue of expired leases, retention, the periodic
-//! scheduler's leadership and slots.
+//! Maintenance services: rescue of expired leases, rotation of the ready
+//! ring, retention, the periodic scheduler's leadership and slots.
 
 use std::collections::HashMap;
 
@@ -40,6 +40,12 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
     after_finish(&mut tx, q, &follow_ups).await?;
     tx.commit().await?;
     Ok(Some(row.try_get("rescued")?))
+}
+
+/// Empties the sealed slots of the ready ring it can lock at once (see
+/// `migrations/functions/rotate_ready.sql`); returns how many.
+pub(crate) async fn rotate_ready(pool: &PgPool, q: &Queries) -> Result<i32> {
+    Ok(sqlx::query_scalar(q.rotate_ready).fetch_one(pool).await?)
 }
 
 /// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no

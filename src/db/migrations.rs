@@ -73,12 +73,32 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/pause_queue.sql"),
     ),
     (
+        "ready_insert",
+        include_str!("../../migrations/functions/ready_insert.sql"),
+    ),
+    (
+        "ready_slot",
+        include_str!("../../migrations/functions/ready_slot.sql"),
+    ),
+    (
+        "ready_sync",
+        include_str!("../../migrations/functions/ready_sync.sql"),
+    ),
+    (
+        "rebuild_ready",
+        include_str!("../../migrations/functions/rebuild_ready.sql"),
+    ),
+    (
         "requeue",
         include_str!("../../migrations/functions/requeue.sql"),
     ),
     (
         "resume_queue",
         include_str!("../../migrations/functions/resume_queue.sql"),
+    ),
+    (
+        "rotate_ready",
+        include_str!("../../migrations/functions/rotate_ready.sql"),
     ),
     (
         "run_follow_ups",

@@ -40,7 +40,7 @@ pub(crate) use inspect::{
     list_jobs, queue_stats, requeue,
 };
 pub(crate) use maintenance::{
-    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue,
+    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue, rotate_ready,
     try_lead_periodic,
 };
 pub(crate) use migrations::{
@@ -100,6 +100,7 @@ pub(crate) struct Queries {
     recorded: &'static str,
     release: &'static str,
     rescue: &'static str,
+    rotate_ready: &'static str,
     after_finish: &'static str,
     spawn: &'static str,
     existing_ids: &'static str,
@@ -129,6 +130,31 @@ pub(crate) struct Queries {
     periodic_record_slot: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
+}
+
+/// Slots of the ready ring (`conveyor.ready_0` to `_7`, migration V3; the
+/// same number as in `conveyor_internal.ready_slot()`).
+pub(crate) const READY_SLOTS: usize = 8;
+
+/// The claim's deletion of the ring rows it picked, one TID scan per slot
+/// (see `claim.sql`): CTEs `taken_<k>`, then `taken` as their union.
+fn delete_picked() -> String {
+    let deletes: Vec<String> = (0..READY_SLOTS)
+        .map(|k| {
+            format!(
+                "taken_{k} AS (DELETE FROM conveyor.ready_{k} \
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = {k})) RETURNING job_id),"
+            )
+        })
+        .collect();
+    let union: Vec<String> = (0..READY_SLOTS)
+        .map(|k| format!("SELECT job_id FROM taken_{k}"))
+        .collect();
+    format!(
+        "{}\ntaken AS ({})",
+        deletes.join("\n"),
+        union.join(" UNION ALL ")
+    )
 }
 
 fn leak(s: String) -> &'static str {
@@ -175,7 +201,13 @@ impl Queries {
             return queries;
         }
         let columns = include_str!("job_columns.sql").trim();
-        let load = |sql: &str| leak(in_schema(&sql.replace("{job_columns}", columns), schema));
+        let delete_picked = delete_picked();
+        let load = |sql: &str| {
+            let sql = sql
+                .replace("{job_columns}", columns)
+                .replace("{delete_picked}", &delete_picked);
+            leak(in_schema(&sql, schema))
+        };
         let queries: &'static Queries = Box::leak(Box::new(Queries {
             schema: leak(schema.to_string()),
             job_ready_channel: leak(format!("{schema}.job_ready")),
@@ -196,6 +228,7 @@ impl Queries {
             recorded: load(include_str!("recorded.sql")),
             release: load(include_str!("release.sql")),
             rescue: load(include_str!("rescue.sql")),
+            rotate_ready: load(include_str!("rotate_ready.sql")),
             after_finish: load(include_str!("after_finish.sql")),
             spawn: load(include_str!("spawn.sql")),
             existing_ids: load(include_str!("existing_ids.sql")),

@@ -20,6 +20,8 @@ pub enum WorkerTask {
     Listener,
     /// Recovers jobs whose lease expired.
     Rescuer,
+    /// Empties sealed slots of the ready ring (`conveyor.ready`).
+    Rotator,
     /// Deletes finished jobs past their retention.
     Pruner,
     /// Enqueues periodic jobs (when this process leads).
@@ -30,12 +32,13 @@ pub enum WorkerTask {
 
 impl WorkerTask {
     /// Every task, in this order.
-    pub const ALL: [WorkerTask; 8] = [
+    pub const ALL: [WorkerTask; 9] = [
         WorkerTask::Producer,
         WorkerTask::Completer,
         WorkerTask::Heartbeat,
         WorkerTask::Listener,
         WorkerTask::Rescuer,
+        WorkerTask::Rotator,
         WorkerTask::Pruner,
         WorkerTask::Periodic,
         WorkerTask::Registry,
@@ -49,6 +52,7 @@ impl WorkerTask {
             WorkerTask::Heartbeat => "heartbeat",
             WorkerTask::Listener => "listener",
             WorkerTask::Rescuer => "rescuer",
+            WorkerTask::Rotator => "rotator",
             WorkerTask::Pruner => "pruner",
             WorkerTask::Periodic => "periodic",
             WorkerTask::Registry => "registry",
@@ -95,7 +99,7 @@ pub struct WorkerHealth {
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     stopped: AtomicBool,
-    restarts: [AtomicU64; 8],
+    restarts: [AtomicU64; 9],
     last_panic: Mutex<Option<(WorkerTask, String)>>,
     leases_lost: AtomicU64,
     undecodable: AtomicU64,

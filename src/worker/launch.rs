@@ -210,6 +210,15 @@ impl WorkerBuilder {
                 restarted(WorkerTask::Rescuer),
             ))
         };
+        let rotator = {
+            let client = client.clone();
+            let checkpoint = checkpoint(WorkerTask::Rotator);
+            tokio::spawn(supervise(
+                "rotator",
+                move || crate::maintenance::rotator::run(client.clone(), checkpoint.clone()),
+                restarted(WorkerTask::Rotator),
+            ))
+        };
         let pruner = {
             let (client, retention) = (client.clone(), self.retention.clone());
             let every = self.prune_interval;
@@ -289,6 +298,7 @@ impl WorkerBuilder {
             let mut helpers = vec![
                 AbortOnDrop(heartbeat),
                 AbortOnDrop(rescuer),
+                AbortOnDrop(rotator),
                 AbortOnDrop(pruner),
                 AbortOnDrop(listener),
                 AbortOnDrop(registry),

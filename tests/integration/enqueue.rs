@@ -435,7 +435,7 @@ async fn enqueue_notifies_once_per_transaction_and_queue() {
 }
 
 #[tokio::test]
-async fn claiming_reads_only_the_pending_index_whatever_the_history() {
+async fn claiming_reads_only_the_ready_ring_whatever_the_history() {
     let db = TestDb::new().await;
     // 200,000 finished jobs and 50,000 future ones, 10 runnable.
     sqlx::raw_sql(
@@ -450,18 +450,24 @@ async fn claiming_reads_only_the_pending_index_whatever_the_history() {
     .execute(&db.pool)
     .await
     .unwrap();
-    // The claim's row selection (src/db/claim.sql).
+    // The claim's row selection (src/db/claim.sql): the ready ring holds
+    // the ten runnable jobs and nothing else.
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT)
-         SELECT id FROM conveyor.jobs
-         WHERE state = 'pending' AND queue = 'default' AND task = ANY('{add}') AND run_at <= now()
-         ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED",
+         SELECT tableoid, ctid, job_id FROM conveyor.ready
+         WHERE queue = 'default' AND task = ANY('{add}') AND run_at <= now()
+         ORDER BY priority DESC, run_at, job_id LIMIT 10 FOR UPDATE SKIP LOCKED",
     )
     .fetch_all(&db.pool)
     .await
     .unwrap();
     let plan = plan.join("\n");
-    assert!(plan.contains("jobs_claim_idx"), "{plan}");
+    assert!(!plan.contains("on jobs"), "{plan}");
+    let in_ring: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.ready")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(in_ring, 10);
     assert!(!plan.contains("Seq Scan"), "{plan}");
     // Touches a handful of pages, not the 250,000 other rows.
     let buffers: u64 = plan

@@ -150,6 +150,24 @@ async fn every_enqueue_path_stores_the_same_row() {
     }
     assert!(differ.is_empty(), "{differ:#?}");
 
+    // Every path put each pending job in the ready ring exactly once, with
+    // its claim-order columns, and nothing else is there.
+    let ring: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM conveyor.jobs WHERE state = 'pending'),
+                (SELECT count(*) FROM conveyor.ready),
+                (SELECT count(DISTINCT r.job_id) FROM conveyor.ready r
+                 JOIN conveyor.jobs j ON j.id = r.job_id AND j.state = 'pending'
+                   AND (j.queue, j.task, j.priority, j.run_at) = (r.queue, r.task, r.priority, r.run_at))",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (ring.1, ring.2),
+        (ring.0, ring.0),
+        "(pending, ring rows, matching)"
+    );
+
     // Unique keys: both scopes store the default key (a hash of queue, task
     // and args) on the row; the TTL one also holds it in unique_keys.
     let default_key: String = sqlx::query_scalar("SELECT conveyor.unique_key('paths', 'copy', $1)")

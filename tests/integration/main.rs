@@ -24,6 +24,7 @@ mod poison;
 mod proxy;
 mod queues;
 mod retries;
+mod ring;
 #[cfg(feature = "otel")]
 mod traces;
 mod worker;

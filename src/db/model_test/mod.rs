@@ -171,6 +171,26 @@ impl Run {
             // cleared when the claim ended without its worker.
             assert_eq!(token, job.token, "{at}: job {id} lease_token");
         }
+        // The ready ring holds exactly the pending jobs, each once, with the
+        // claim-order columns of its job (steps run one at a time, so no
+        // claim can leave a stale ring row behind).
+        let ring: Vec<(JobId, bool)> = sqlx::query_as(
+            "SELECT r.job_id, j.id IS NOT NULL AND j.state = 'pending'
+                    AND (j.queue, j.task, j.priority, j.run_at) = (r.queue, r.task, r.priority, r.run_at)
+             FROM conveyor.ready r LEFT JOIN conveyor.jobs j ON j.id = r.job_id
+             ORDER BY 1",
+        )
+        .fetch_all(&self.client.inner.pool)
+        .await
+        .unwrap();
+        let mut pending = self.model.ids_in(&[JobState::Pending]);
+        pending.sort();
+        let in_ring: Vec<JobId> = ring.iter().map(|(id, _)| *id).collect();
+        assert_eq!(in_ring, pending, "{at}: ready ring = pending jobs");
+        assert!(
+            ring.iter().all(|(_, same)| *same),
+            "{at}: ring rows match their jobs"
+        );
         // At most one live claim per job, across every worker.
         let mut live = HashSet::new();
         for lease in self.model.claims.iter().flatten() {

@@ -1,0 +1,16 @@
+-- Dashboard: a page of pending jobs, newest first, optionally of one queue
+-- ($1) and task ($2); $3 pages: only ids below it; $4 rows. Pending jobs
+-- are exactly the ready ring's (conveyor.ready): the newest ids are taken
+-- there (a sort of the backlog, whatever the history) and only those rows
+-- are read from conveyor.jobs. Same columns as dashboard_jobs_active.sql.
+SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempt, j.max_retries,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
+       left(j.last_error, 300) AS last_error
+FROM (SELECT DISTINCT r.job_id FROM conveyor.ready r
+      WHERE ($1::text IS NULL OR r.queue = $1)
+        AND ($2::text IS NULL OR r.task = $2)
+        AND ($3::uuid IS NULL OR r.job_id < $3)
+      ORDER BY r.job_id DESC
+      LIMIT $4) AS newest
+JOIN conveyor.jobs j ON j.id = newest.job_id AND j.state = 'pending'
+ORDER BY j.id DESC

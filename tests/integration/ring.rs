@@ -1,0 +1,326 @@
+//! The ready ring (`conveyor.ready`, migration V3): claims stay cheap while
+//! another session holds a snapshot, every change of a pending job keeps its
+//! ring row in step, and rotation carries leftovers forward and gives way to
+//! readers.
+
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection, PgPool};
+
+use conveyor::{NewJob, Worker, WorkerHandle};
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+
+fn start(db: &TestDb) -> WorkerHandle {
+    Worker::builder(&db.client)
+        .concurrency(50)
+        .register_fn("noop", |_ctx, _args| async { Ok(Value::Null) })
+        .start()
+        .unwrap()
+}
+
+/// Bytes in the ring's slot files (0 once every slot was emptied).
+async fn ring_bytes(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(pg_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
+         WHERE i.inhparent = 'conveyor.ready'::regclass",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The ring's rows: (job id, priority), in claim order.
+async fn ring(pool: &PgPool) -> Vec<(uuid::Uuid, i32)> {
+    sqlx::query_as(
+        "SELECT job_id, priority FROM conveyor.ready ORDER BY priority DESC, run_at, job_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Shared buffers the worker's real claim statement (src/db/claim.sql)
+/// touches, by `EXPLAIN (ANALYZE, BUFFERS)`, in a transaction rolled back.
+async fn claim_buffers(db: &TestDb) -> (u64, String) {
+    // The templates filled in as `db::Queries` does.
+    let deletes: String = (0..8)
+        .map(|k| {
+            format!(
+                "taken_{k} AS (DELETE FROM conveyor.ready_{k} \
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = {k})) RETURNING job_id),\n"
+            )
+        })
+        .collect();
+    let union: Vec<String> = (0..8)
+        .map(|k| format!("SELECT job_id FROM taken_{k}"))
+        .collect();
+    let claim = include_str!("../../src/db/claim.sql")
+        .replace(
+            "{job_columns}",
+            include_str!("../../src/db/job_columns.sql").trim(),
+        )
+        .replace(
+            "{delete_picked}",
+            &format!("{deletes}taken AS ({})", union.join(" UNION ALL ")),
+        );
+    let mut conn = PgConnection::connect(&db.url()).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "PREPARE claim_now(text, text[], bigint, float8, text, int, int) AS {claim}"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{noop}', 10, 30, 'w', NULL, NULL)",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    let plan = plan.join("\n");
+    // The top node's line counts every buffer below it.
+    let buffers = plan
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
+        .and_then(|n| n.split_whitespace().next()?.parse().ok())
+        .unwrap_or(u64::MAX);
+    (buffers, plan)
+}
+
+/// The failure of issue 16: while a session holds the xmin horizon, VACUUM
+/// can remove nothing, and a claim that scans from the head of an index of
+/// pending jobs walks the dead entry of every job claimed since. Through the
+/// ring, the slots those jobs passed through are emptied by TRUNCATE, so a
+/// claim after 20,000 jobs reads a handful of pages. (With the claim index
+/// on `conveyor.jobs` of before, the same claim read about 20,000.)
+#[tokio::test]
+async fn claims_stay_cheap_while_a_snapshot_is_held() {
+    let db = TestDb::new().await;
+    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT txid_current();")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let worker = start(&db);
+    for _ in 0..20 {
+        let jobs = (0..1_000).map(|_| NewJob::new("noop", json!({})));
+        db.client
+            .enqueue_many(jobs.collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    eventually(WAIT, "20,000 jobs done", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 20_000).then_some(())
+    })
+    .await;
+    eventually(WAIT, "every ring slot emptied", || async {
+        (ring_bytes(&db.pool).await == 0).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    db.client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap()
+        .id();
+    let (buffers, plan) = claim_buffers(&db).await;
+    assert!(buffers < 300, "the claim touched {buffers} pages:\n{plan}");
+    assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
+    // The horizon was held all along: VACUUM could not remove the old
+    // versions of the jobs (claim and outcome leave one each).
+    for sql in ["CREATE EXTENSION pgstattuple", "VACUUM conveyor.jobs"] {
+        sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
+    }
+    let dead: i64 = sqlx::query_scalar("SELECT dead_tuple_count FROM pgstattuple('conveyor.jobs')")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(dead >= 40_000, "{dead} dead versions");
+    eprintln!(
+        "claim after 20,000 jobs under a held snapshot: {buffers} pages; {dead} dead versions"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+}
+
+/// Every way a pending job changes outside a claim keeps its ring row right:
+/// an UPDATE of its priority by hand, a DELETE, a hand-made state change into
+/// and out of pending, a cancel, a re-queue; workers then claim by the new
+/// order.
+#[tokio::test]
+async fn every_change_of_a_pending_job_keeps_its_ring_row() {
+    let db = TestDb::new().await;
+    let pool = &db.pool;
+    let a = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap()
+        .id();
+    let b = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap()
+        .id();
+    let c = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap()
+        .id();
+    let exec = |sql: &'static str, id: uuid::Uuid| async move {
+        sqlx::query(sql).bind(id).execute(pool).await.unwrap();
+    };
+    exec("UPDATE conveyor.jobs SET priority = 5 WHERE id = $1", b).await;
+    assert_eq!(ring(pool).await, vec![(b, 5), (a, 0), (c, 0)]);
+    exec("DELETE FROM conveyor.jobs WHERE id = $1", a).await;
+    db.client.cancel(c).await.unwrap();
+    assert_eq!(ring(pool).await, vec![(b, 5)]);
+    // A scheduled job made pending by hand; a pending one failed by hand.
+    let d: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO conveyor.jobs (task, state, run_at) VALUES ('noop', 'scheduled', now() + interval '1 day')
+         RETURNING id",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(ring(pool).await, vec![(b, 5)]);
+    exec(
+        "UPDATE conveyor.jobs SET state = 'pending', run_at = now() WHERE id = $1",
+        d,
+    )
+    .await;
+    assert_eq!(ring(pool).await, vec![(b, 5), (d, 0)]);
+    exec(
+        "UPDATE conveyor.jobs SET state = 'failure', finished_at = now() WHERE id = $1",
+        b,
+    )
+    .await;
+    assert_eq!(ring(pool).await, vec![(d, 0)]);
+    // The cancelled one re-queued.
+    db.client.requeue(&[c]).await.unwrap();
+    assert_eq!(ring(pool).await.len(), 2);
+
+    let worker = start(&db);
+    eventually(WAIT, "d and c run", || async {
+        (count_jobs(pool, "state = 'success'").await == 2).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    assert!(ring(pool).await.is_empty());
+}
+
+/// A job nobody claims (its queue has no worker) does not keep its slot from
+/// being emptied: it is carried into the current slot, still pending, and
+/// the slot it was in is truncated.
+#[tokio::test]
+async fn rotation_carries_unclaimed_jobs_forward() {
+    let db = TestDb::new().await;
+    let id = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})).queue("nobody"))
+        .await
+        .unwrap()
+        .id();
+    let slot_of = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT tableoid::regclass::text FROM conveyor.ready WHERE job_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let first = slot_of().await;
+    let worker = start(&db);
+    eventually(WAIT, "the job carried to another slot", || async {
+        let now = slot_of().await;
+        (now != first).then_some(())
+    })
+    .await;
+    let size: i64 = sqlx::query_scalar("SELECT pg_relation_size($1::regclass)")
+        .bind(&first)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(size, 0, "{first} was truncated");
+    worker.shutdown(WAIT).await.unwrap();
+    assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 1);
+}
+
+/// A session that read the ring and left its transaction open holds a lock
+/// that TRUNCATE must wait for: the rotator gives up after 5 ms each time
+/// (so claims never queue behind it for longer), jobs keep running, and the
+/// slots are emptied once the reader lets go.
+#[tokio::test]
+async fn a_reader_holding_the_ring_delays_rotation_but_not_claims() {
+    let db = TestDb::new().await;
+    let mut reader = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT count(*) FROM conveyor.ready;")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let worker = start(&db);
+    for _ in 0..5 {
+        let jobs = (0..500).map(|_| NewJob::new("noop", json!({})));
+        db.client
+            .enqueue_many(jobs.collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    eventually(WAIT, "2,500 jobs done with the ring locked", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 2_500).then_some(())
+    })
+    .await;
+    assert!(ring_bytes(&db.pool).await > 0, "nothing could be truncated");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    eventually(WAIT, "every ring slot emptied", || async {
+        (ring_bytes(&db.pool).await == 0).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// Rows written with triggers off (a restore with `--disable-triggers`,
+/// logical replication) leave the ring out of step: `conveyor.rebuild_ready()`
+/// adds the missing rows and drops those of jobs that are not pending.
+#[tokio::test]
+async fn rebuild_ready_repairs_rows_written_with_triggers_off() {
+    let db = TestDb::new().await;
+    let mut conn = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("SET session_replication_role = replica")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let restored: uuid::Uuid =
+        sqlx::query_scalar("INSERT INTO conveyor.jobs (task) VALUES ('noop') RETURNING id")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    sqlx::query(
+        "INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
+         VALUES (0, 'default', 0, now(), gen_random_uuid(), 'noop')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(ring(&db.pool).await.len(), 1, "only the stray row");
+    let added: i64 = sqlx::query_scalar("SELECT conveyor.rebuild_ready()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(added, 1);
+    assert_eq!(ring(&db.pool).await, vec![(restored, 0)]);
+    let again: i64 = sqlx::query_scalar("SELECT conveyor.rebuild_ready()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "nothing left to repair");
+}
