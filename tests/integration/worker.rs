@@ -194,6 +194,22 @@ async fn leases_are_renewed_while_a_job_runs() {
         (lease > first).then_some(())
     })
     .await;
+    // Renewals change no indexed column, so they are HOT updates (one row
+    // version on the same page, no index entry; migration V4): claims and
+    // outcomes change `state` and never are, so any HOT update here is a
+    // renewal. (The server's statistics reach the view within a second or
+    // so of the worker's transactions.)
+    eventually(WAIT, "lease renewals are HOT updates", || async {
+        let hot: i64 = sqlx::query_scalar(
+            "SELECT n_tup_hot_upd FROM pg_stat_user_tables
+             WHERE schemaname = 'conveyor' AND relname = 'jobs'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .ok()?;
+        (hot >= 3).then_some(())
+    })
+    .await;
     gate.add_permits(1);
     handle.wait(WAIT).await.unwrap();
     assert_eq!(handle.job().await.unwrap().attempt, 1);
