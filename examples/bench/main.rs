@@ -58,6 +58,9 @@ struct Args {
     /// S: offered rate, jobs/s (default 1,500).
     #[arg(long)]
     offered_rate: Option<u64>,
+    /// S: what the holding session reads first.
+    #[arg(long, value_enum, default_value = "bare")]
+    holder: snapshot::Holder,
     /// Instead of running: plot captured S runs, LABEL=PATH of a saved
     /// output (repeat for each run), into `--plot-out`.
     #[arg(long)]
@@ -102,6 +105,7 @@ async fn run(args: Args) -> Result<()> {
     if let Some(rate) = args.offered_rate {
         cfg.snapshot_rate = rate;
     }
+    cfg.snapshot_holder = args.holder;
     let wanted = |name: &str| {
         if args.only.is_empty() {
             name != "H" || args.soak || args.quick

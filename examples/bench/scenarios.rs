@@ -48,6 +48,8 @@ pub struct Config {
     pub snapshot_hold_secs: u64,
     pub snapshot_after_secs: u64,
     pub snapshot_sample_secs: u64,
+    /// S: what the session holding the snapshot read first (see `snapshot::Holder`).
+    pub snapshot_holder: crate::snapshot::Holder,
 }
 
 impl Config {
@@ -73,6 +75,7 @@ impl Config {
             snapshot_hold_secs: 150,
             snapshot_after_secs: 60,
             snapshot_sample_secs: 10,
+            snapshot_holder: crate::snapshot::Holder::Bare,
         }
     }
 
@@ -99,6 +102,7 @@ impl Config {
             snapshot_hold_secs: 2,
             snapshot_after_secs: 2,
             snapshot_sample_secs: 1,
+            snapshot_holder: crate::snapshot::Holder::Bare,
         }
     }
 }

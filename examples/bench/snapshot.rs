@@ -15,6 +15,37 @@ use sqlx::{Connection, PgConnection};
 use crate::scenarios::{Config, Line, spawn_producers};
 use crate::support::{BenchDb, FinishedCounter, QUEUE, Result, WorkerChild, median, secs};
 
+/// What the session that holds the snapshot does before it sits idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Holder {
+    /// `BEGIN; SELECT txid_current();`: a forgotten psql session.
+    Bare,
+    /// Also reads `conveyor.jobs` in the same transaction (a long report):
+    /// it then holds a lock on the table too.
+    Jobs,
+    /// Reads every table of the schema in a REPEATABLE READ transaction, as
+    /// `pg_dump` does: it holds a lock on every slot of the ready ring, so
+    /// none can be emptied while it runs.
+    Dump,
+}
+
+impl Holder {
+    /// The statements that open the holding transaction.
+    fn sql(self) -> &'static str {
+        match self {
+            Holder::Bare => "BEGIN; SELECT txid_current();",
+            Holder::Jobs => {
+                "BEGIN; SELECT txid_current(); SELECT count(*) FROM conveyor.jobs WHERE queue = 'x';"
+            }
+            Holder::Dump => {
+                "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current();
+                 SELECT count(*) FROM conveyor.jobs WHERE queue = 'x';
+                 SELECT count(*) FROM conveyor.ready;"
+            }
+        }
+    }
+}
+
 /// One sample of the run.
 struct Sample {
     t: f64,
@@ -95,7 +126,7 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         // the end of the held one.
         if phase == "held" && holder.is_none() {
             let mut conn = PgConnection::connect(&db.url).await?;
-            sqlx::raw_sql("BEGIN; SELECT txid_current();")
+            sqlx::raw_sql(cfg.snapshot_holder.sql())
                 .execute(&mut conn)
                 .await?;
             holder = Some(conn);
@@ -163,7 +194,10 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let worst_p50 = of.iter().map(|s| s.pickup_p50_ms).fold(0.0, f64::max);
         let line = Line::new(
             "S",
-            format!("held snapshot, offered {rate}/s: {phase}"),
+            format!(
+                "held snapshot ({:?} holder), offered {rate}/s: {phase}",
+                cfg.snapshot_holder
+            ),
             "completed/s",
             rates,
         );

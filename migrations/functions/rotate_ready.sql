@@ -9,10 +9,15 @@
 --
 -- Each slot is locked ACCESS EXCLUSIVE (nobody can claim from it or insert
 -- into it meanwhile, so what is carried and truncated is exactly what it
--- holds) and waits at most lock_wait for claims in flight; a slot someone
--- keeps locked (a session that read the ring and left its transaction open)
--- is skipped. Returns how many slots were emptied. Run by every worker's
--- maintenance a few times a second (src/maintenance/ring.rs).
+-- holds) and waits at most lock_wait for claims in flight. While it waits,
+-- new claims queue behind it, so it does not even try a slot that a
+-- transaction older than a second holds a lock on (a pg_dump, a session
+-- that read the ring and left its transaction open): claims take
+-- milliseconds, and such a holder would make every attempt wait the full
+-- lock_wait for nothing. One process rotates at a time (a transaction-level
+-- advisory lock; the others return 0 at once). Returns how many slots were
+-- emptied. Run by every worker's maintenance a few times a second
+-- (src/maintenance/rotator.rs).
 CREATE OR REPLACE FUNCTION conveyor_internal.rotate_ready(
     carry_at_most integer DEFAULT 1000,
     lock_wait interval DEFAULT '5 milliseconds'
@@ -24,12 +29,20 @@ DECLARE
     live bigint;
     emptied integer := 0;
 BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('conveyor.rotate_ready', 0)) THEN
+        RETURN 0;
+    END IF;
     PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
     FOR s IN 0..7 LOOP
         CONTINUE WHEN s = current;
         slot_table := format('conveyor.ready_%s', s)::regclass;
         -- Already empty (its file has no page since the last TRUNCATE).
         CONTINUE WHEN pg_relation_size(slot_table) = 0;
+        -- Locked by a long transaction: no use waiting.
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.relation = slot_table AND l.granted AND l.pid <> pg_backend_pid()
+              AND a.xact_start < statement_timestamp() - interval '1 second');
         -- Too many rows to carry: checked before taking any lock.
         EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT $1 + 1) AS r', slot_table)
             INTO live USING carry_at_most;

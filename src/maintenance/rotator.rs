@@ -3,10 +3,11 @@
 //! that claims leave behind never pile up, even while another session holds
 //! a snapshot that keeps VACUUM from removing anything.
 //!
-//! Every worker runs this loop, a few times per slot length (one second):
-//! a slot is emptied soon after it is sealed and drained. Overlapping runs
-//! are harmless: each slot is taken under an ACCESS EXCLUSIVE lock waited
-//! for at most 5 ms, and one already empty is skipped without a lock.
+//! Every worker runs this loop, a few times per slot length (one second), so
+//! a slot is emptied soon after it is sealed and drained; one process at a
+//! time does the work (an advisory lock inside the function). Each slot is
+//! taken under an ACCESS EXCLUSIVE lock waited for at most 5 ms, and skipped
+//! without waiting when it is already empty or a long transaction holds it.
 
 use std::time::Duration;
 
