@@ -48,6 +48,19 @@ pub(crate) async fn rotate_ready(pool: &PgPool, q: &Queries) -> Result<i32> {
     Ok(sqlx::query_scalar(q.rotate_ready).fetch_one(pool).await?)
 }
 
+/// A transaction that has held a lock on the ready ring for longer than
+/// `secs`: (pid, application name or user, seconds open).
+pub(crate) async fn ring_blocker(
+    pool: &PgPool,
+    q: &Queries,
+    secs: f64,
+) -> Result<Option<(i32, String, f64)>> {
+    Ok(sqlx::query_as(q.ring_blocker)
+        .bind(secs)
+        .fetch_optional(pool)
+        .await?)
+}
+
 /// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
 /// other process is pruning right now; `None` when one is.
 pub(crate) async fn prune(

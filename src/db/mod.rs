@@ -40,8 +40,8 @@ pub(crate) use inspect::{
     list_jobs, queue_stats, requeue,
 };
 pub(crate) use maintenance::{
-    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue, rotate_ready,
-    try_lead_periodic,
+    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue, ring_blocker,
+    rotate_ready, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
@@ -101,6 +101,7 @@ pub(crate) struct Queries {
     release: &'static str,
     rescue: &'static str,
     rotate_ready: &'static str,
+    ring_blocker: &'static str,
     after_finish: &'static str,
     spawn: &'static str,
     existing_ids: &'static str,
@@ -229,6 +230,7 @@ impl Queries {
             release: load(include_str!("release.sql")),
             rescue: load(include_str!("rescue.sql")),
             rotate_ready: load(include_str!("rotate_ready.sql")),
+            ring_blocker: load(include_str!("ring_blocker.sql")),
             after_finish: load(include_str!("after_finish.sql")),
             spawn: load(include_str!("spawn.sql")),
             existing_ids: load(include_str!("existing_ids.sql")),

@@ -18,14 +18,39 @@ use crate::supervise::Checkpoint;
 /// How often a worker tries to empty sealed slots.
 pub(crate) const EVERY: Duration = Duration::from_millis(250);
 
+/// A transaction holding the ring longer than this is reported (a warning,
+/// once per process that holds it), looked for this often.
+const BLOCKER_AGE: Duration = Duration::from_secs(30);
+
 pub(crate) async fn run(client: Client, checkpoint: Checkpoint) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut next_look = tokio::time::Instant::now() + BLOCKER_AGE;
+    let mut reported: Option<i32> = None;
     loop {
         tick.tick().await;
         checkpoint();
         let inner = &client.inner;
+        if tokio::time::Instant::now() >= next_look {
+            next_look += BLOCKER_AGE;
+            match db::ring_blocker(&inner.pool, inner.queries, BLOCKER_AGE.as_secs_f64()).await {
+                Ok(Some((pid, who, secs))) if reported != Some(pid) => {
+                    reported = Some(pid);
+                    tracing::warn!(
+                        pid,
+                        who,
+                        secs,
+                        "conveyor: a transaction has held the ready ring (conveyor.ready) for a long time: \
+                         its slots cannot be emptied and claims slow down until it ends (a pg_dump? see README, \
+                         \"Indexes and upkeep\")"
+                    );
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => reported = None,
+                Err(error) => tracing::debug!(%error, "conveyor: cannot look for ring blockers"),
+            }
+        }
         match db::rotate_ready(&inner.pool, inner.queries).await {
             Ok(emptied) => {
                 if emptied > 0 {

@@ -278,6 +278,19 @@ async fn a_reader_holding_the_ring_delays_rotation_but_not_claims() {
     })
     .await;
     assert!(ring_bytes(&db.pool).await > 0, "nothing could be truncated");
+    // The rotator names the holder in a warning (src/db/ring_blocker.sql,
+    // asked here for holders older than 0 s instead of 30).
+    let reader_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut reader)
+        .await
+        .unwrap();
+    let blocker: Option<(i32, String, f64)> =
+        sqlx::query_as(include_str!("../../src/db/ring_blocker.sql"))
+            .bind(0.0_f64)
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(blocker.map(|b| b.0), Some(reader_pid));
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut reader)
         .await
