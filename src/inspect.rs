@@ -5,7 +5,7 @@ use crate::client::Client;
 use crate::db;
 use crate::error::Result;
 use crate::job::{Job, JobId};
-use crate::records::{JobFilter, QueueStats, WorkerInfo};
+use crate::records::{JobFilter, QueueStats, StatsPoint, StatsQuery, WorkerInfo};
 
 impl Client {
     /// Jobs matching `filter`, newest first.
@@ -36,6 +36,14 @@ impl Client {
     /// Per-queue statistics: every queue with jobs or settings.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
         db::queue_stats(&self.inner.pool, self.inner.queries).await
+    }
+
+    /// The per-minute rollups of outcomes (`conveyor.stats`) over a time
+    /// range, summed into buckets: counts by outcome and histograms of queue
+    /// wait and run time. They outlive the jobs they count (the pruner
+    /// deletes rollups after `Retention::stats`, 30 days by default).
+    pub async fn stats(&self, query: &StatsQuery) -> Result<Vec<StatsPoint>> {
+        db::stats(&self.inner.pool, self.inner.queries, query).await
     }
 
     /// Deletes jobs by id (running ones are skipped: cancel them first);

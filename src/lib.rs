@@ -77,7 +77,10 @@ pub use maintenance::pruner::Retention;
 #[cfg(feature = "metrics")]
 pub use metrics::Metrics;
 pub use migrate::{migrate, migrate_schema};
-pub use records::{JobFailure, JobFilter, QueueStats, WorkerInfo, WorkflowRun, WorkflowState};
+pub use records::{
+    Histogram, JobFailure, JobFilter, QueueStats, StatsPoint, StatsQuery, WorkerInfo, WorkflowRun,
+    WorkflowState,
+};
 pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
 /// The sqlx this crate is built with: share a pool or a transaction with
 /// Conveyor through `conveyor::sqlx` and the versions always match.

@@ -192,3 +192,113 @@ impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for WorkflowRun {
         })
     }
 }
+
+/// What [`crate::Client::stats`] reads: the per-minute rollups of
+/// `conveyor.stats` between two times, summed into buckets of `step`.
+#[derive(Clone, Debug)]
+pub struct StatsQuery {
+    /// From this time (rounded down to a step).
+    pub since: DateTime<Utc>,
+    /// Up to this time (exclusive).
+    pub until: DateTime<Utc>,
+    /// Bucket width: a whole number of minutes (rounded down, at least one).
+    pub step: std::time::Duration,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this task.
+    pub task: Option<String>,
+}
+
+/// The outcomes of one bucket of time (see [`StatsQuery`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct StatsPoint {
+    /// Start of the bucket.
+    pub at: DateTime<Utc>,
+    /// Attempts that succeeded.
+    pub succeeded: i64,
+    /// Jobs that failed for good.
+    pub failed: i64,
+    /// Attempts that failed and were retried.
+    pub retried: i64,
+    /// Attempts whose lease expired, recovered by the rescuer.
+    pub rescued: i64,
+    /// Jobs that ended cancelled.
+    pub cancelled: i64,
+    /// Queue wait of the attempts workers ended (see [`Histogram`]).
+    #[sqlx(try_from = "Vec<i64>")]
+    pub wait_ms: Histogram,
+    /// Run time of the attempts workers ended.
+    #[sqlx(try_from = "Vec<i64>")]
+    pub run_ms: Histogram,
+}
+
+/// Counts of durations per bucket; bucket `i` starts at
+/// [`Histogram::BOUNDS_MS`]`[i - 1]` ms (bucket 0 at 0), as
+/// `conveyor.stats_buckets_ms()` defines them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Histogram {
+    /// One count per bucket (19).
+    pub counts: Vec<i64>,
+}
+
+impl Histogram {
+    /// Lower bounds of buckets 1 to 18, in ms (bucket 0 is below 1 ms).
+    pub const BOUNDS_MS: [f64; 18] = [
+        1.0,
+        2.0,
+        5.0,
+        10.0,
+        20.0,
+        50.0,
+        100.0,
+        200.0,
+        500.0,
+        1_000.0,
+        2_000.0,
+        5_000.0,
+        10_000.0,
+        30_000.0,
+        60_000.0,
+        300_000.0,
+        900_000.0,
+        3_600_000.0,
+    ];
+
+    /// How many durations it counts.
+    pub fn total(&self) -> i64 {
+        self.counts.iter().sum()
+    }
+
+    /// An estimate of the `q` quantile (0 to 1) in ms: the upper bound of
+    /// the bucket it falls in (its lower bound for the last, open bucket).
+    /// `None` when it counts nothing.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let total = self.total();
+        if total <= 0 {
+            return None;
+        }
+        let rank = (q.clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as i64;
+        let mut seen = 0;
+        for (i, n) in self.counts.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                let upper = Self::BOUNDS_MS.get(i).copied();
+                return upper.or(Self::BOUNDS_MS.last().copied());
+            }
+        }
+        Self::BOUNDS_MS.last().copied()
+    }
+}
+
+impl TryFrom<Vec<i64>> for Histogram {
+    type Error = String;
+
+    fn try_from(counts: Vec<i64>) -> std::result::Result<Self, String> {
+        if counts.len() == Self::BOUNDS_MS.len() + 1 {
+            Ok(Histogram { counts })
+        } else {
+            Err(format!("a histogram has 19 buckets, not {}", counts.len()))
+        }
+    }
+}

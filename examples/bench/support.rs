@@ -469,6 +469,7 @@ pub async fn worker_child_main(concurrency: usize) -> Result<()> {
                 success: Some(keep),
                 failure: Some(keep),
                 cancelled: Some(keep),
+                ..conveyor::Retention::default()
             })
             .prune_interval(Duration::from_secs(10));
     }

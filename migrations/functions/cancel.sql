@@ -21,6 +21,7 @@ BEGIN
         WHERE id = job
         RETURNING * INTO j;
         PERFORM pg_notify('conveyor.job_finished', j.id::text);
+        PERFORM conveyor_internal.count_outcomes(ARRAY[j.queue], ARRAY[j.task], ARRAY['cancelled']);
         IF j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL THEN
             PERFORM conveyor_internal.after_finish(ARRAY[j.id]);
         END IF;

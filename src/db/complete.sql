@@ -9,8 +9,9 @@
 -- the same transaction.
 WITH outcome AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::float8[])
-         AS t(id, lease_token, state, result, error, retry_in_secs)
+    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::float8[],
+                $7::float8[])
+         AS t(id, lease_token, state, result, error, retry_in_secs, wait_ms)
 ),
 updated AS (
     -- A job whose cancellation was asked for is not retried: it ends
@@ -39,8 +40,17 @@ updated AS (
     FROM outcome o
     WHERE j.id = ANY($1::uuid[]) AND j.id = o.id AND j.lease_token = o.lease_token
       AND j.state = 'started'
-    RETURNING j.id, j.queue, j.state,
+    RETURNING j.id, j.queue, j.task, j.state, j.started_at,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
+),
+counted AS (
+    -- The per-minute rollups (conveyor.stats): what committed, with the
+    -- attempts' queue wait (from the worker, which read run_at at the claim)
+    -- and run time.
+    SELECT conveyor_internal.count_outcomes(
+               array_agg(u.queue), array_agg(u.task), array_agg(u.state), array_agg(o.wait_ms),
+               array_agg(extract(epoch FROM now() - u.started_at)::float8 * 1000))
+    FROM updated u JOIN outcome o ON o.id = u.id
 ),
 freed AS (
     -- Queues with a global concurrency limit: a finished job frees room that
@@ -60,4 +70,5 @@ SELECT (SELECT coalesce(array_agg(id), '{}') FROM updated) AS updated,
        -- For the caller to announce after commit (job_finished, job_ready).
        (SELECT string_agg(id::text, ',') FROM updated WHERE state <> 'retry') AS finished_ids,
        (SELECT coalesce(array_agg(payload), '{}')
-        FROM (SELECT payload FROM freed UNION ALL SELECT payload FROM retrying) AS w) AS wake
+        FROM (SELECT payload FROM freed UNION ALL SELECT payload FROM retrying) AS w) AS wake,
+       (SELECT count(*) FROM counted) AS counted

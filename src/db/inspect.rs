@@ -9,6 +9,7 @@ use sqlx::{PgConnection, PgExecutor, Postgres};
 use super::{Queries, parse_state};
 use crate::error::Result;
 use crate::job::{Job, JobId, JobState};
+use crate::records::{StatsPoint, StatsQuery};
 
 pub(crate) async fn fetch_job<'e>(
     exec: impl PgExecutor<'e>,
@@ -147,5 +148,29 @@ pub(crate) async fn requeue<'e>(
     Ok(sqlx::query_scalar(q.requeue)
         .bind(ids)
         .fetch_one(exec)
+        .await?)
+}
+
+/// The rollups of `conveyor.stats` for `query` (see `stats.sql`).
+pub(crate) async fn stats<'e>(
+    exec: impl PgExecutor<'e>,
+    q: &Queries,
+    query: &StatsQuery,
+) -> Result<Vec<StatsPoint>> {
+    let minutes = (query.step.as_secs() / 60).max(1);
+    let step = sqlx::postgres::types::PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: i64::try_from(minutes)
+            .unwrap_or(i64::MAX / 60_000_000)
+            .saturating_mul(60_000_000),
+    };
+    Ok(sqlx::query_as(q.stats)
+        .bind(query.since)
+        .bind(query.until)
+        .bind(step)
+        .bind(query.queue.as_deref())
+        .bind(query.task.as_deref())
+        .fetch_all(exec)
         .await?)
 }

@@ -61,6 +61,15 @@ pub(crate) async fn ring_blocker(
         .await?)
 }
 
+/// Deletes the outcome rollups older than `age_secs`; returns how many rows.
+pub(crate) async fn prune_stats(pool: &PgPool, q: &Queries, age_secs: f64) -> Result<u64> {
+    Ok(sqlx::query(q.prune_stats)
+        .bind(age_secs)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
 /// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
 /// other process is pruning right now; `None` when one is.
 pub(crate) async fn prune(

@@ -41,6 +41,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/cancel.sql"),
     ),
     (
+        "count_outcomes",
+        include_str!("../../migrations/functions/count_outcomes.sql"),
+    ),
+    (
         "due_at",
         include_str!("../../migrations/functions/due_at.sql"),
     ),
@@ -55,6 +59,14 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
     (
         "failure_args",
         include_str!("../../migrations/functions/failure_args.sql"),
+    ),
+    (
+        "histogram",
+        include_str!("../../migrations/functions/histogram.sql"),
+    ),
+    (
+        "histogram_add",
+        include_str!("../../migrations/functions/histogram_add.sql"),
     ),
     (
         "initial_state",
@@ -115,6 +127,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
     (
         "spawn",
         include_str!("../../migrations/functions/spawn.sql"),
+    ),
+    (
+        "stats_buckets_ms",
+        include_str!("../../migrations/functions/stats_buckets_ms.sql"),
     ),
     (
         "unique_key",

@@ -37,17 +37,19 @@ pub(crate) use enqueue::{
 };
 pub(crate) use inspect::{
     cancel, count_jobs, delete_jobs, enqueued_jobs, fetch_job, fetch_state, list_job_ids,
-    list_jobs, queue_stats, requeue,
+    list_jobs, queue_stats, requeue, stats,
 };
 pub(crate) use maintenance::{
-    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue, ring_blocker,
-    rotate_ready, try_lead_periodic,
+    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
+    ring_blocker, rotate_ready, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
     unlock_migrations,
 };
-pub(crate) use outcome::{Lease, OutcomeRow, after_finish, complete, heartbeat, recorded, release};
+pub(crate) use outcome::{
+    Lease, OutcomeRow, after_finish, complete, heartbeat, recorded, release, wait_ms,
+};
 pub(crate) use queues::{QueueSetting, queue_limits, set_queue};
 pub(crate) use workers::{
     Registration, beat_worker, deregister_worker, list_workers, mark_dead_workers, register_worker,
@@ -123,10 +125,12 @@ pub(crate) struct Queries {
     list_job_ids: &'static str,
     count_jobs: &'static str,
     queue_stats: &'static str,
+    stats: &'static str,
     delete_jobs: &'static str,
     enqueued_jobs: &'static str,
     prune: &'static str,
     prune_leftovers: &'static str,
+    prune_stats: &'static str,
     periodic_last_slots: &'static str,
     periodic_record_slot: &'static str,
     create_schema: &'static str,
@@ -252,10 +256,12 @@ impl Queries {
             list_job_ids: load(include_str!("list_job_ids.sql")),
             count_jobs: load(include_str!("count_jobs.sql")),
             queue_stats: load(include_str!("queue_stats.sql")),
+            stats: load(include_str!("stats.sql")),
             delete_jobs: load(include_str!("delete_jobs.sql")),
             enqueued_jobs: load(include_str!("enqueued_jobs.sql")),
             prune: load(include_str!("prune.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
+            prune_stats: load(include_str!("prune_stats.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
             periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
             create_schema: leak(format!(

@@ -21,6 +21,9 @@ pub(crate) struct OutcomeRow {
     pub result: Option<Value>,
     pub error: Option<String>,
     pub retry_in_secs: Option<f64>,
+    /// How long the job waited to start this attempt (`started_at - run_at`
+    /// as the claim read them), in ms, for the rollups in `conveyor.stats`.
+    pub wait_ms: Option<f64>,
     /// The job belongs to a workflow or has callbacks: its final outcome
     /// needs `conveyor_internal.after_finish()`.
     pub follow_up: bool,
@@ -39,9 +42,16 @@ impl OutcomeRow {
             result: None,
             error: Some("cancelled".to_string()),
             retry_in_secs: None,
+            wait_ms: wait_ms(job),
             follow_up: job.has_follow_up(),
         }
     }
+}
+
+/// How long `job` waited for the attempt it was claimed for, in ms.
+pub(crate) fn wait_ms(job: &Job) -> Option<f64> {
+    let started = job.started_at?;
+    Some((started - job.run_at).num_microseconds()? as f64 / 1000.0)
 }
 
 /// Writes a batch of outcomes; returns which rows were still held by their
@@ -57,6 +67,7 @@ pub(crate) async fn complete<'e>(
     let results: Vec<Option<&Value>> = outcomes.iter().map(|o| o.result.as_ref()).collect();
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
     let retry_in: Vec<Option<f64>> = outcomes.iter().map(|o| o.retry_in_secs).collect();
+    let waits: Vec<Option<f64>> = outcomes.iter().map(|o| o.wait_ms).collect();
     let row = sqlx::query(q.complete)
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)
@@ -66,6 +77,7 @@ pub(crate) async fn complete<'e>(
         .bind(&results)
         .bind(&errors)
         .bind(&retry_in)
+        .bind(&waits)
         .fetch_one(exec)
         .await?;
     let finished: Option<String> = row.try_get("finished_ids")?;

@@ -15,8 +15,14 @@ WITH released AS (
     FROM unnest($1::uuid[], $2::bigint[]) AS r(id, lease_token)
     WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.lease_token = r.lease_token
       AND j.state = 'started' AND j.worker_id = $3
-    RETURNING j.id, j.queue, j.state,
+    RETURNING j.id, j.queue, j.task, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
+),
+counted AS (
+    -- The per-minute rollups (conveyor.stats): only jobs that ended (cancelled).
+    SELECT conveyor_internal.count_outcomes(
+               array_agg(queue), array_agg(task), array_agg(state))
+    FROM released WHERE state = 'cancelled'
 ),
 woken AS (
     SELECT pg_notify($4, json_build_object('queue', q.queue, 'scheduled', false)::text)
@@ -28,4 +34,5 @@ finished AS (
 )
 SELECT (SELECT count(*) FROM released) AS released,
        (SELECT coalesce(array_agg(id), '{}') FROM released WHERE follow_up AND state = 'cancelled') AS follow_ups,
-       (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications
+       (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications,
+       (SELECT count(*) FROM counted) AS counted

@@ -26,8 +26,14 @@ rescued AS (
         lease_token = NULL,
         worker_id = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
-    RETURNING j.id, j.queue, j.state,
+    RETURNING j.id, j.queue, j.task, j.state,
               (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
+),
+counted AS (
+    -- The per-minute rollups (conveyor.stats): rescued, and failed or cancelled.
+    SELECT conveyor_internal.count_outcomes(
+               array_agg(queue), array_agg(task), array_agg(state), rescued => true)
+    FROM rescued
 ),
 woken AS (
     SELECT pg_notify($2, json_build_object('queue', q.queue, 'scheduled', false)::text)
@@ -39,4 +45,5 @@ finished AS (
 )
 SELECT (SELECT count(*) FROM rescued) AS rescued,
        (SELECT coalesce(array_agg(id), '{}') FROM rescued WHERE follow_up AND state <> 'pending') AS follow_ups,
-       (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications
+       (SELECT count(*) FROM woken) + (SELECT count(*) FROM finished) AS notifications,
+       (SELECT count(*) FROM counted) AS counted

@@ -1,5 +1,5 @@
 //! The pruner: deletes finished jobs once they are older than the retention
-//! set for their final state, in small batches (one process at a time, by
+//! set for their final state (and outcome rollups past theirs), in small batches (one process at a time, by
 //! advisory lock; `SKIP LOCKED` keeps it out of the workers' way).
 
 use std::time::Duration;
@@ -25,6 +25,9 @@ pub struct Retention {
     pub failure: Option<Duration>,
     /// Jobs that were cancelled.
     pub cancelled: Option<Duration>,
+    /// Rows of the per-minute outcome rollups (`conveyor.stats`), whatever
+    /// happened to the jobs they count.
+    pub stats: Option<Duration>,
 }
 
 impl Default for Retention {
@@ -34,6 +37,7 @@ impl Default for Retention {
             success: Some(Duration::from_secs(7 * DAY)),
             failure: Some(Duration::from_secs(30 * DAY)),
             cancelled: Some(Duration::from_secs(7 * DAY)),
+            stats: Some(Duration::from_secs(30 * DAY)),
         }
     }
 }
@@ -45,6 +49,7 @@ impl Retention {
             success: None,
             failure: None,
             cancelled: None,
+            stats: None,
         }
     }
 
@@ -79,6 +84,9 @@ pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<u64>
     }
     if let Some(longest) = retention.rules().iter().filter_map(|r| r.1).max() {
         db::prune_leftovers(&inner.pool, inner.queries, longest.as_secs_f64()).await?;
+    }
+    if let Some(keep) = retention.stats {
+        db::prune_stats(&inner.pool, inner.queries, keep.as_secs_f64()).await?;
     }
     Ok(deleted)
 }

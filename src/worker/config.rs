@@ -149,6 +149,7 @@ pub(crate) fn apply(
         ("CONVEYOR_RETAIN_SUCCESS_SECS", &mut retention.success),
         ("CONVEYOR_RETAIN_FAILURE_SECS", &mut retention.failure),
         ("CONVEYOR_RETAIN_CANCELLED_SECS", &mut retention.cancelled),
+        ("CONVEYOR_RETAIN_STATS_SECS", &mut retention.stats),
     ] {
         if let Some(v) = lookup(name) {
             *slot = retain(name, &v)?;

@@ -172,6 +172,7 @@ pub(crate) fn outcome_of(
         result: None,
         error: None,
         retry_in_secs: None,
+        wait_ms: crate::db::wait_ms(job),
         follow_up: job.has_follow_up(),
     };
     let error = match result {

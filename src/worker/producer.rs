@@ -285,6 +285,7 @@ impl Producer {
                 result: None,
                 error: Some(job.error),
                 retry_in_secs: None,
+                wait_ms: None,
                 // Its callbacks and workflow, if any, learn of the failure.
                 follow_up: true,
             });

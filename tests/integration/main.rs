@@ -25,6 +25,7 @@ mod proxy;
 mod queues;
 mod retries;
 mod ring;
+mod stats;
 #[cfg(feature = "otel")]
 mod traces;
 mod worker;

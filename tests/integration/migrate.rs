@@ -170,6 +170,7 @@ async fn the_database_holds_exactly_the_functions_of_the_function_files() {
             "resume_queue",
             "set_queue_limit",
             "set_queue_rate_limit",
+            "stats_buckets_ms",
             "unique_key",
             "uuid_v7"
         ]

@@ -118,6 +118,7 @@ impl Run {
             result: (state == JobState::Success).then(|| json!("done")),
             error: (state != JobState::Success).then(|| "boom".to_string()),
             retry_in_secs: (state == JobState::Retry).then_some(0.0),
+            wait_ms: None,
             follow_up: false,
         };
         let live = self.model.live(&lease);

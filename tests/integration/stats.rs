@@ -1,0 +1,138 @@
+//! The per-minute outcome rollups (`conveyor.stats`, migration V5): they
+//! count what the jobs table shows for a known workload, and still do after
+//! the jobs are pruned.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use conveyor::{NewJob, Retention, StatsQuery, TaskError, Worker};
+use serde_json::{Value, json};
+
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
+
+fn whole_hour() -> StatsQuery {
+    StatsQuery {
+        since: Utc::now() - chrono::Duration::hours(1),
+        until: Utc::now() + chrono::Duration::minutes(5),
+        step: Duration::from_secs(3 * 3600),
+        queue: None,
+        task: None,
+    }
+}
+
+/// The points summed (the workload may straddle two buckets).
+fn sum(points: &[conveyor::StatsPoint]) -> conveyor::StatsPoint {
+    let mut total = points.first().cloned().unwrap_or_default();
+    for p in points.iter().skip(1) {
+        total.succeeded += p.succeeded;
+        total.failed += p.failed;
+        total.retried += p.retried;
+        total.rescued += p.rescued;
+        total.cancelled += p.cancelled;
+        for (a, b) in total.wait_ms.counts.iter_mut().zip(&p.wait_ms.counts) {
+            *a += b;
+        }
+        for (a, b) in total.run_ms.counts.iter_mut().zip(&p.run_ms.counts) {
+            *a += b;
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn rollups_count_what_the_jobs_table_shows_and_outlive_pruning() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let fast = Duration::from_millis(10);
+    let mut jobs: Vec<NewJob> = (0..20).map(|_| NewJob::new("ok", json!({}))).collect();
+    // Fails its first attempt, then succeeds: one retry each.
+    jobs.extend((0..5).map(|_| NewJob::new("flaky", json!({})).retry_backoff_base(fast)));
+    jobs.extend((0..3).map(|_| NewJob::new("bad", json!({})).max_retries(0)));
+    c.enqueue_many(jobs).await.unwrap();
+    // Two cancelled while waiting, one rescued after its "worker" vanished.
+    for _ in 0..2 {
+        let h = c
+            .enqueue(NewJob::new("ok", json!({})).delay(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        c.cancel(h.id()).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO conveyor.jobs (task, state, attempt, started_at, lease_expires_at, worker_id, lease_token)
+         VALUES ('ok', 'started', 1, now(), now() - interval '1 second', 'gone', nextval('conveyor.lease_tokens'))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let worker = Worker::builder(c)
+        .rescue_interval(Duration::from_millis(200))
+        .register_fn("ok", |_ctx, _args| async { Ok(Value::Null) })
+        .register_fn("flaky", |ctx, _args| async move {
+            if ctx.attempt() == 1 {
+                return Err(TaskError::retry("not yet"));
+            }
+            Ok(Value::Null)
+        })
+        .register_fn("bad", |_ctx, _args| async { Err(TaskError::fail("no")) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "every job final", || async {
+        (count_jobs(&db.pool, "state IN ('success', 'failure', 'cancelled')").await == 31)
+            .then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+
+    // What conveyor.jobs says, in the rollups' terms.
+    let (succeeded, failed, cancelled, retried): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'success'),
+                count(*) FILTER (WHERE state = 'failure'),
+                count(*) FILTER (WHERE state = 'cancelled'),
+                coalesce(sum(jsonb_array_length(errors)) FILTER (WHERE task = 'flaky'), 0)::bigint
+         FROM conveyor.jobs",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((succeeded, failed, cancelled, retried), (26, 3, 2, 5));
+    let expected = |p: &conveyor::StatsPoint| {
+        (p.succeeded, p.failed, p.cancelled, p.retried, p.rescued)
+            == (succeeded, failed, cancelled, retried, 1)
+    };
+    let points = c.stats(&whole_hour()).await.unwrap();
+    let point = &sum(&points);
+    assert!(expected(point), "{points:?}");
+    // Every attempt a worker ended is timed: 26 successes, 3 failures, 5 retries.
+    assert_eq!(point.wait_ms.total(), 34);
+    assert_eq!(point.run_ms.total(), 34);
+    assert!(point.run_ms.quantile_ms(0.99).is_some());
+    // Narrowed to one task.
+    let flaky = c
+        .stats(&StatsQuery {
+            task: Some("flaky".into()),
+            ..whole_hour()
+        })
+        .await
+        .unwrap();
+    let flaky = sum(&flaky);
+    assert_eq!((flaky.succeeded, flaky.retried), (5, 5));
+
+    // Pruning every job leaves the rollups; their own retention removes them.
+    let jobs_only = Retention {
+        success: Some(Duration::ZERO),
+        failure: Some(Duration::ZERO),
+        cancelled: Some(Duration::ZERO),
+        stats: None,
+    };
+    assert_eq!(c.prune(&jobs_only).await.unwrap(), 31);
+    assert_eq!(count_jobs(&db.pool, "true").await, 0);
+    let after = c.stats(&whole_hour()).await.unwrap();
+    assert_eq!(after, points, "rollups outlive the jobs");
+    let everything = Retention {
+        stats: Some(Duration::ZERO),
+        ..jobs_only
+    };
+    c.prune(&everything).await.unwrap();
+    assert!(c.stats(&whole_hour()).await.unwrap().is_empty());
+}
