@@ -37,7 +37,7 @@ picked AS (
     WHERE queue = $1 AND task = ANY($2) AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM conveyor.queues
                       WHERE name = $1 AND paused_at IS NOT NULL)
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY -(priority::bigint), run_at, job_id
     LIMIT (SELECT n FROM room)
     FOR UPDATE SKIP LOCKED
 ),

@@ -21,6 +21,7 @@ mod migrations;
 mod model_test;
 mod outcome;
 mod queues;
+mod ring;
 mod workers;
 mod workflows;
 
@@ -30,7 +31,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::error::{Error, Result};
 use crate::job::JobState;
 
-pub(crate) use claim::{Claim, Undecodable, claim, promote};
+pub(crate) use claim::{Claim, RingFloors, Undecodable, claim, promote};
 pub use enqueue::{BULK_CHUNK, COPY_MIN};
 pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
@@ -97,6 +98,7 @@ pub(crate) struct Queries {
     fetch_state: &'static str,
     promote: &'static str,
     claim: &'static str,
+    claim_floors: &'static str,
     complete: &'static str,
     heartbeat: &'static str,
     recorded: &'static str,
@@ -135,31 +137,6 @@ pub(crate) struct Queries {
     periodic_record_slot: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
-}
-
-/// Slots of the ready ring (`conveyor.ready_0` to `_7`, migration V3; the
-/// same number as in `conveyor_internal.ready_slot()`).
-pub(crate) const READY_SLOTS: usize = 8;
-
-/// The claim's deletion of the ring rows it picked, one TID scan per slot
-/// (see `claim.sql`): CTEs `taken_<k>`, then `taken` as their union.
-fn delete_picked() -> String {
-    let deletes: Vec<String> = (0..READY_SLOTS)
-        .map(|k| {
-            format!(
-                "taken_{k} AS (DELETE FROM conveyor.ready_{k} \
-                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = {k})) RETURNING job_id),"
-            )
-        })
-        .collect();
-    let union: Vec<String> = (0..READY_SLOTS)
-        .map(|k| format!("SELECT job_id FROM taken_{k}"))
-        .collect();
-    format!(
-        "{}\ntaken AS ({})",
-        deletes.join("\n"),
-        union.join(" UNION ALL ")
-    )
 }
 
 fn leak(s: String) -> &'static str {
@@ -206,11 +183,17 @@ impl Queries {
             return queries;
         }
         let columns = include_str!("job_columns.sql").trim();
-        let delete_picked = delete_picked();
+        let (delete_picked, candidates, lock_and_take) = (
+            ring::delete_picked(),
+            ring::candidates(),
+            ring::lock_and_take(),
+        );
         let load = |sql: &str| {
             let sql = sql
                 .replace("{job_columns}", columns)
-                .replace("{delete_picked}", &delete_picked);
+                .replace("{delete_picked}", &delete_picked)
+                .replace("{candidates}", &candidates)
+                .replace("{lock_and_take}", &lock_and_take);
             leak(in_schema(&sql, schema))
         };
         let queries: &'static Queries = Box::leak(Box::new(Queries {
@@ -228,6 +211,7 @@ impl Queries {
             fetch_state: load(include_str!("fetch_state.sql")),
             promote: load(include_str!("promote.sql")),
             claim: load(include_str!("claim.sql")),
+            claim_floors: load(include_str!("claim_floors.sql")),
             complete: load(include_str!("complete.sql")),
             heartbeat: load(include_str!("heartbeat.sql")),
             recorded: load(include_str!("recorded.sql")),
@@ -279,6 +263,12 @@ impl Queries {
     }
 }
 
+/// The claim statements, `(claim, claim_floors)` (for tests that read what
+/// a claim costs).
+pub(crate) fn claim_statements(q: &Queries) -> (&'static str, &'static str) {
+    (q.claim, q.claim_floors)
+}
+
 fn parse_state(s: &str) -> Result<JobState> {
     s.parse().map_err(|e: String| {
         Error::Database(sqlx::Error::ColumnDecode {
@@ -286,4 +276,34 @@ fn parse_state(s: &str) -> Result<JobState> {
             source: e.into(),
         })
     })
+}
+
+#[cfg(test)]
+mod template_test {
+    /// A placeholder (`{job_columns}`, `{delete_picked}`, …) in a comment of
+    /// a statement file is replaced too, and a replacement of several lines
+    /// then ends the comment early: the statement breaks.
+    #[test]
+    fn no_statement_names_a_placeholder_in_a_comment() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/db");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "sql") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines() {
+                let Some((_, comment)) = line.split_once("--") else {
+                    continue;
+                };
+                let named = comment.split('{').skip(1).any(|rest| {
+                    rest.split_once('}').is_some_and(|(name, _)| {
+                        !name.is_empty()
+                            && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    })
+                });
+                assert!(!named, "{}: placeholder in a comment: {line}", path.display());
+            }
+        }
+    }
 }

@@ -8,34 +8,53 @@
 //! time does the work (an advisory lock inside the function). Each slot is
 //! taken under an ACCESS EXCLUSIVE lock waited for at most 5 ms, and skipped
 //! without waiting when it is already empty or a long transaction holds it.
+//!
+//! Every couple of seconds it also looks for such a holder (a pg_dump, a
+//! session that read the ring and stayed in its transaction): while there is
+//! one, no slot can be emptied, and the worker's claims start each sealed
+//! slot after where they stopped last (`claim_floors.sql`) instead of
+//! walking its dead entries again.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::db;
 use crate::supervise::Checkpoint;
 
+/// Told whether a long transaction holds the ring (checked every couple of
+/// seconds): the worker's claims use floors while it does.
+pub(crate) type RingHeld = Arc<dyn Fn(bool) + Send + Sync>;
+
 /// How often a worker tries to empty sealed slots.
 pub(crate) const EVERY: Duration = Duration::from_millis(250);
 
-/// A transaction holding the ring longer than this is reported (a warning,
-/// once per process that holds it), looked for this often.
-const BLOCKER_AGE: Duration = Duration::from_secs(30);
+/// A transaction holding the ring longer than this makes claims use floors
+/// (see [`RingHeld`]), looked for this often.
+const HOLDER_AGE: Duration = Duration::from_secs(2);
 
-pub(crate) async fn run(client: Client, checkpoint: Checkpoint) {
+/// A holder this old is reported (a warning, once per process).
+const REPORT_AGE: f64 = 30.0;
+
+pub(crate) async fn run(client: Client, ring_held: RingHeld, checkpoint: Checkpoint) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
-    let mut next_look = tokio::time::Instant::now() + BLOCKER_AGE;
+    let mut next_look = tokio::time::Instant::now() + HOLDER_AGE;
     let mut reported: Option<i32> = None;
     loop {
         tick.tick().await;
         checkpoint();
         let inner = &client.inner;
         if tokio::time::Instant::now() >= next_look {
-            next_look += BLOCKER_AGE;
-            match db::ring_blocker(&inner.pool, inner.queries, BLOCKER_AGE.as_secs_f64()).await {
-                Ok(Some((pid, who, secs))) if reported != Some(pid) => {
+            next_look += HOLDER_AGE;
+            let holder =
+                db::ring_blocker(&inner.pool, inner.queries, HOLDER_AGE.as_secs_f64()).await;
+            if let Ok(found) = &holder {
+                ring_held(found.is_some());
+            }
+            match holder {
+                Ok(Some((pid, who, secs))) if secs >= REPORT_AGE && reported != Some(pid) => {
                     reported = Some(pid);
                     tracing::warn!(
                         pid,

@@ -105,3 +105,12 @@ pub async fn perform<T: Task>(task: &T, args: T::Args) -> Result<T::Output, Task
         .map_err(|e| TaskError::fail(format!("task `{}`: cannot decode args: {e}", T::NAME)))?;
     task.run(context(T::NAME), args).await
 }
+
+/// The texts of the worker's two claim statements for `client`'s schema,
+/// `(claim, claim_floors)`, as the worker sends them: for Conveyor's own
+/// tests that measure what a claim reads (`EXPLAIN (ANALYZE, BUFFERS)`).
+/// Not a stable interface.
+#[doc(hidden)]
+pub fn claim_statements(client: &Client) -> (&'static str, &'static str) {
+    db::claim_statements(client.inner.queries)
+}

@@ -93,6 +93,10 @@ pub struct WorkerHealth {
     /// or holding ahead, and passed on (the handler's `ctx.cancelled()`
     /// resolved, or the held job ended cancelled without starting).
     pub cancels_received: u64,
+    /// A transaction has held the ready ring for a while (a `pg_dump`?): no
+    /// slot can be emptied, and this worker's claims start each sealed slot
+    /// after where they stopped instead of walking its dead entries.
+    pub ring_held: bool,
 }
 
 /// The live counters behind [`WorkerHealth`], shared by the worker's tasks.
@@ -104,6 +108,7 @@ pub(crate) struct Health {
     leases_lost: AtomicU64,
     undecodable: AtomicU64,
     cancels: AtomicU64,
+    ring_held: AtomicBool,
     /// Tasks told to panic at their next checkpoint (a test hook).
     faults: Mutex<Vec<WorkerTask>>,
     #[cfg(feature = "metrics")]
@@ -141,6 +146,7 @@ impl Health {
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
             undecodable_jobs: self.undecodable.load(Ordering::Relaxed),
             cancels_received: self.cancels.load(Ordering::Relaxed),
+            ring_held: self.ring_held(),
         }
     }
 
@@ -172,6 +178,15 @@ impl Health {
 
     pub(crate) fn undecodable(&self, n: usize) {
         self.undecodable.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Whether a long transaction holds the ready ring (set by the rotator).
+    pub(crate) fn ring_held(&self) -> bool {
+        self.ring_held.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_ring_held(&self, held: bool) {
+        self.ring_held.store(held, Ordering::Relaxed);
     }
 
     /// A cancellation request reached `n` of this worker's claims.

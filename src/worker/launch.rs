@@ -212,10 +212,20 @@ impl WorkerBuilder {
         };
         let rotator = {
             let client = client.clone();
+            let held: crate::maintenance::rotator::RingHeld = {
+                let health = health.clone();
+                Arc::new(move |held| health.set_ring_held(held))
+            };
             let checkpoint = checkpoint(WorkerTask::Rotator);
             tokio::spawn(supervise(
                 "rotator",
-                move || crate::maintenance::rotator::run(client.clone(), checkpoint.clone()),
+                move || {
+                    crate::maintenance::rotator::run(
+                        client.clone(),
+                        held.clone(),
+                        checkpoint.clone(),
+                    )
+                },
                 restarted(WorkerTask::Rotator),
             ))
         };
@@ -281,6 +291,7 @@ impl WorkerBuilder {
             promote,
             refresh_queues,
             limited: Vec::new(),
+            floors: Default::default(),
             plan: QueuePlan::new(self.weights),
             claim_ahead: self.claim_ahead,
             pace: Pace::new(tokio::time::Instant::now()),

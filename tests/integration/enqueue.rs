@@ -456,7 +456,7 @@ async fn claiming_reads_only_the_ready_ring_whatever_the_history() {
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT)
          SELECT tableoid, ctid, job_id FROM conveyor.ready
          WHERE queue = 'default' AND task = ANY('{add}') AND run_at <= now()
-         ORDER BY priority DESC, run_at, job_id LIMIT 10 FOR UPDATE SKIP LOCKED",
+         ORDER BY -(priority::bigint), run_at, job_id LIMIT 10 FOR UPDATE SKIP LOCKED",
     )
     .fetch_all(&db.pool)
     .await

@@ -39,44 +39,50 @@ async fn ring(pool: &PgPool) -> Vec<(uuid::Uuid, i32)> {
     .unwrap()
 }
 
-/// Shared buffers the worker's real claim statement (src/db/claim.sql)
-/// touches, by `EXPLAIN (ANALYZE, BUFFERS)`, in a transaction rolled back.
-async fn claim_buffers(db: &TestDb) -> (u64, String) {
-    // The templates filled in as `db::Queries` does.
-    let deletes: String = (0..8)
-        .map(|k| {
-            format!(
-                "taken_{k} AS (DELETE FROM conveyor.ready_{k} \
-                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = {k})) RETURNING job_id),\n"
-            )
-        })
-        .collect();
-    let union: Vec<String> = (0..8)
-        .map(|k| format!("SELECT job_id FROM taken_{k}"))
-        .collect();
-    let claim = include_str!("../../src/db/claim.sql")
-        .replace(
-            "{job_columns}",
-            include_str!("../../src/db/job_columns.sql").trim(),
-        )
-        .replace(
-            "{delete_picked}",
-            &format!("{deletes}taken AS ({})", union.join(" UNION ALL ")),
-        );
+/// Shared buffers the worker's real claim statement touches, by `EXPLAIN
+/// (ANALYZE, BUFFERS)`, in a transaction rolled back: `claim.sql`, or with
+/// `floors` (one key for every slot: `np`, `run_at`, `job_id`, taken in
+/// second `second`) `claim_floors.sql`.
+async fn claim_buffers(
+    db: &TestDb,
+    floors: Option<(i64, chrono::DateTime<chrono::Utc>, uuid::Uuid, i64)>,
+) -> (u64, String) {
+    let (claim, claim_floors) = conveyor::testing::claim_statements(&db.client);
     let mut conn = PgConnection::connect(&db.url()).await.unwrap();
     let mut tx = conn.begin().await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "PREPARE claim_now(text, text[], bigint, float8, text, int, int) AS {claim}"
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    let plan: Vec<String> = sqlx::query_scalar(
-        "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{noop}', 10, 30, 'w', NULL, NULL)",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .unwrap();
+    let plan: Vec<String> = match floors {
+        None => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "PREPARE claim_now(text, text[], bigint, float8, text, int, int) AS {claim}"
+            )))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            sqlx::query_scalar(
+                "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{noop}', 10, 30, 'w', NULL, NULL)",
+            )
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap()
+        }
+        Some((np, run_at, job_id, second)) => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "PREPARE claim_now(text, text[], bigint, float8, text, int, int,
+                                   bigint[], timestamptz[], uuid[], bigint[]) AS {claim_floors}"
+            )))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{{noop}}', 10, 30, 'w', NULL, NULL,
+                     array_fill({np}::bigint, ARRAY[8]), array_fill('{run_at}'::timestamptz, ARRAY[8]),
+                     array_fill('{job_id}'::uuid, ARRAY[8]), array_fill({second}::bigint, ARRAY[8]))"
+            )))
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap()
+        }
+    };
     tx.rollback().await.unwrap();
     let plan = plan.join("\n");
     // The top node's line counts every buffer below it.
@@ -125,7 +131,7 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
         .await
         .unwrap()
         .id();
-    let (buffers, plan) = claim_buffers(&db).await;
+    let (buffers, plan) = claim_buffers(&db, None).await;
     assert!(buffers < 300, "the claim touched {buffers} pages:\n{plan}");
     assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
     // The horizon was held all along: VACUUM could not remove the old
@@ -337,4 +343,66 @@ async fn rebuild_ready_repairs_rows_written_with_triggers_off() {
         .await
         .unwrap();
     assert_eq!(again, 0, "nothing left to repair");
+}
+
+/// `pg_dump` locks every slot of the ring for its whole run, so none can be
+/// emptied and the claims' dead entries stay. While such a holder is seen,
+/// workers claim from each sealed slot after where they stopped
+/// (`claim_floors.sql`): after 20,000 jobs, a claim that starts at the
+/// heads walks every dead entry, one with floors reads a few pages.
+#[tokio::test]
+async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
+    let db = TestDb::new().await;
+    let mut dump = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM conveyor.jobs; SELECT count(*) FROM conveyor.ready;",
+    )
+    .execute(&mut dump)
+    .await
+    .unwrap();
+    let worker = start(&db);
+    eventually(WAIT, "the worker sees the ring held", || async {
+        worker.health().ring_held.then_some(())
+    })
+    .await;
+    for _ in 0..20 {
+        let jobs = (0..1_000).map(|_| NewJob::new("noop", json!({})));
+        db.client
+            .enqueue_many(jobs.collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+    eventually(WAIT * 3, "20,000 jobs done", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 20_000).then_some(())
+    })
+    .await;
+    assert!(ring_bytes(&db.pool).await > 0, "no slot could be emptied");
+    worker.shutdown(WAIT).await.unwrap();
+    db.client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    // Floors where the worker's would be: past every job done, in every
+    // slot, taken this second (the new job is in the current slot, which
+    // is always read from its head).
+    let (np, run_at, job_id, second): (i64, chrono::DateTime<chrono::Utc>, uuid::Uuid, i64) =
+        sqlx::query_as(
+            "SELECT -(priority::bigint), run_at, id, floor(extract(epoch FROM statement_timestamp()))::bigint
+             FROM conveyor.jobs WHERE state = 'success'
+             ORDER BY -(priority::bigint) DESC, run_at DESC, id DESC LIMIT 1",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (heads, _) = claim_buffers(&db, None).await;
+    let (floored, plan) = claim_buffers(&db, Some((np, run_at, job_id, second))).await;
+    eprintln!(
+        "claim after 20,000 jobs with the ring held: {heads} pages from the heads, {floored} with floors"
+    );
+    assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
+    assert!(
+        floored * 4 < heads,
+        "with floors {floored} pages, from the heads {heads}:\n{plan}"
+    );
+    sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
 }

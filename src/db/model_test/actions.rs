@@ -33,6 +33,9 @@ impl Run {
         let pending = self.model.ids_in(&[JobState::Pending]);
         let name = self.model.names[w].clone();
         let tasks = [TASK.to_string()];
+        // Half the claims start each sealed ring slot after this worker's
+        // floor there (as while a long transaction holds the ring).
+        let floors = (self.rng.below(2) == 0).then(|| self.floors[w].clone());
         let claim = Claim {
             queue: "default",
             tasks: &tasks,
@@ -40,10 +43,15 @@ impl Run {
             lease_secs: 60.0,
             worker_id: &name,
             limited: false,
+            floors: floors.as_ref(),
         };
-        let claimed = db::claim(&self.client.inner.pool, self.q(), &claim)
+        let mut claimed = db::claim(&self.client.inner.pool, self.q(), &claim)
             .await
             .unwrap();
+        if let Some(after) = claimed.floors.take() {
+            *self.seen.entry("claims with floors").or_default() += 1;
+            self.floors[w] = after;
+        }
         let at = self.at();
         assert!(claimed.undecodable.is_empty(), "{at}");
         assert_eq!(

@@ -97,6 +97,8 @@ struct Run {
     step: usize,
     /// What happened, to show that the run went where it matters.
     seen: BTreeMap<&'static str, usize>,
+    /// Each worker's floors in the ready ring, for claims that use them.
+    floors: Vec<db::RingFloors>,
 }
 
 impl Run {
@@ -266,6 +268,7 @@ async fn state_machine_agrees_with_its_model() {
             seed,
             step: 0,
             seen: BTreeMap::new(),
+            floors: vec![db::RingFloors::default(); WORKERS],
         };
         for step in 0..STEPS {
             run.step = step;
