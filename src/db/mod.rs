@@ -39,9 +39,11 @@ pub(crate) use inspect::{
     cancel, count_jobs, delete_jobs, enqueued_jobs, fetch_job, fetch_state, list_job_ids,
     list_jobs, queue_stats, requeue,
 };
+#[cfg(feature = "dashboard")]
+pub(crate) use maintenance::periodic_lock_name;
 pub(crate) use maintenance::{
-    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, rescue, rotate_ready,
-    try_lead_periodic,
+    AnnouncedSchedule, announce_periodic, periodic_last_slots, periodic_record_slot, ping, prune,
+    prune_leftovers, rescue, rotate_ready, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
@@ -128,6 +130,7 @@ pub(crate) struct Queries {
     prune_leftovers: &'static str,
     periodic_last_slots: &'static str,
     periodic_record_slot: &'static str,
+    periodic_announce: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -256,6 +259,7 @@ impl Queries {
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
             periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
+            periodic_announce: load(include_str!("periodic_announce.sql")),
             create_schema: leak(format!(
                 "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE SCHEMA IF NOT EXISTS {schema}_internal"
             )),
