@@ -9,6 +9,9 @@ const ACTIONS = {
   delete: { label: 'Delete all…', verb: 'Delete', done: 'Deleted', applies: (s) => s !== 'started' },
 };
 
+// "300 failed jobs", not "300 failure jobs".
+const ADJECTIVE = { failure: 'failed', success: 'succeeded', retry: 'retrying', started: 'running' };
+
 function described(filter) {
   const parts = [];
   if (filter.queue) parts.push('queue ' + filter.queue);
@@ -33,13 +36,13 @@ async function start(action, state, filter, reload) {
     count = await api('bulk?' + qs(Object.assign({ action }, filter)));
   } catch (e) { flash(e.message, true); return; }
   const n = count.matched;
-  if (n === 0) { flash('No ' + state + ' job' + described(filter) + ': nothing to do.'); return; }
+  if (n === 0) { flash('No ' + (ADJECTIVE[state] || state) + ' job' + described(filter) + ': nothing to do.'); return; }
   const shown = n.toLocaleString() + (count.capped ? '+' : '');
   const progress = h('p', { id: 'bulk-progress', class: 'muted', role: 'status' });
   const confirm = h('button', { id: 'bulk-confirm', class: action === 'delete' ? 'danger' : 'primary' }, a.verb + ' ' + shown);
   const keep = h('button', { id: 'bulk-keep' }, 'Keep them');
   const dialog = h('dialog', { id: 'bulk-dialog', 'aria-labelledby': 'bulk-count' },
-    h('p', { id: 'bulk-count', 'data-count': n }, a.verb + ' ' + shown + ' ' + state + ' job' + (n === 1 ? '' : 's') + described(filter) + '?'),
+    h('p', { id: 'bulk-count', 'data-count': n }, a.verb + ' ' + shown + ' ' + (ADJECTIVE[state] || state) + ' job' + (n === 1 ? '' : 's') + described(filter) + '?'),
     h('p', { class: 'muted' }, 'Done 1,000 at a time, newest first' + (count.capped ? ', for the first ' + n.toLocaleString() : '') +
       '. A job that changes state meanwhile is skipped and counted.' + (action === 'delete' ? ' Deleted jobs are gone for good.' : '')),
     h('div', { class: 'actions' }, keep, confirm), progress);

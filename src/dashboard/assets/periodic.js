@@ -24,7 +24,8 @@ function row(p, leading) {
     p.last_job_state ? badge(p.last_job_state) : (p.last_job_id ? h('span', { class: 'muted' }, 'pruned') : null)]
     : h('span', { class: 'muted' }, 'none yet');
   const next = !p.on_leader ? h('span', { class: 'error', 'data-col': 'not-led' }, 'not on the leading process: not enqueued')
-    : !leading ? h('span', { class: 'muted' }, 'due ', when(p.next_slot), ', if a process leads') : when(p.next_slot);
+    : !leading ? h('span', { class: 'muted' }, 'due ', when(p.next_slot), ', if a process leads')
+      : p.next_slot && Date.parse(p.next_slot) <= Date.now() ? h('span', {}, 'due now') : when(p.next_slot);
   return h('tr', { 'data-schedule': p.name },
     h('td', {}, p.name), h('td', { class: 'mono' }, p.schedule || '—'),
     h('td', {}, p.task || '—'), h('td', { class: 'opt' }, p.queue || '—'),
