@@ -111,6 +111,8 @@ fn fan(
         }
     };
     members.truncate(MEMBERS_SHOWN);
+    // Not drawn: past the first hundred, or not in the table (pruned).
+    let more = total.saturating_sub(members.len());
     let kind = row
         .map(|w| w.kind.as_str())
         .or_else(|| spec.and_then(|s| s.get("workflow")).and_then(Value::as_str))
@@ -140,7 +142,7 @@ fn fan(
         })),
         "id": id,
         "members": members,
-        "more": total.saturating_sub(MEMBERS_SHOWN),
+        "more": more,
         "total": total,
         "callback": callback,
     });

@@ -207,3 +207,84 @@ async fn bad_workflow_requests_are_clear_4xx() {
         );
     }
 }
+
+/// Rows written by hand that no workflow would make (a step whose spec
+/// leads back to itself, specs of the wrong shape, a chord without its
+/// members) still draw, without a panic.
+#[tokio::test]
+async fn hand_written_workflow_rows_draw_without_a_panic() {
+    let db = TestDb::new().await;
+    let router = open(&db);
+    let (chain, chord) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let (step, ghost) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    sqlx::query("INSERT INTO conveyor.workflows (id, kind, total) VALUES ($1, 'chain', 9)")
+        .bind(chain)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO conveyor.workflows (id, kind, total, parent_id, on_complete, result_job_id)
+         VALUES ($1, 'chord', 1000, $2, '\"not a spec\"', $3)",
+    )
+    .bind(chord)
+    .bind(chain)
+    .bind(ghost)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // Step 0 names itself as its next step, then a chord spec, then garbage.
+    let on_success = json!([
+        42,
+        { "kind": "job", "id": step, "workflow_id": chain },
+        { "kind": "workflow", "id": "not a uuid", "parent_id": chain },
+    ]);
+    sqlx::query(
+        "INSERT INTO conveyor.jobs (id, task, workflow_id, workflow_index, on_success)
+         VALUES ($1, 'loop', $2, 0, $3)",
+    )
+    .bind(step)
+    .bind(chain)
+    .bind(on_success)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    for id in [chain, chord] {
+        let reply = get(&router, &format!("/api/workflows/{id}")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(
+            shape(&reply.body),
+            [("job".into(), strings(&["loop:pending"]))],
+            "the loop is walked once"
+        );
+    }
+    // A chord whose members are not there: drawn empty, its total counted.
+    sqlx::query("UPDATE conveyor.workflows SET parent_id = NULL WHERE id = $1")
+        .bind(chord)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let reply = get(&router, &format!("/api/workflows/{chord}")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(
+        reply.body["steps"][0]["more"], 1000,
+        "none drawn, all counted"
+    );
+    assert_eq!(reply.body["steps"][0]["members"], json!([]));
+    assert_eq!(reply.body["steps"][0]["callback"]["exists"], false);
+    // 150 of its members there: the first 100 drawn, in order.
+    sqlx::query(
+        "INSERT INTO conveyor.jobs (task, workflow_id, workflow_index)
+         SELECT 'member', $1, i FROM generate_series(0, 149) i",
+    )
+    .bind(chord)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let reply = get(&router, &format!("/api/workflows/{chord}")).await;
+    let members = reply.body["steps"][0]["members"].as_array().unwrap();
+    assert_eq!(
+        (members.len(), members[99]["index"].as_i64()),
+        (100, Some(99))
+    );
+    assert_eq!(reply.body["steps"][0]["more"], 900);
+}
