@@ -3,7 +3,8 @@
 -- finished in the last $6 seconds; as dashboard_jobs_finished.sql), counted
 -- up to $7. Without args or error text it is an index-only count over
 -- jobs_finished_idx, or jobs_finished_queue_idx / jobs_finished_task_idx
--- when a queue or task is given. Not polled; run under a statement_timeout.
+-- when a queue or task is given (or a sequential scan, when the planner
+-- expects most rows to match). Not polled; run under a statement_timeout.
 SELECT count(*) FROM (
     SELECT FROM conveyor.jobs j
     WHERE j.state = $1
