@@ -85,6 +85,11 @@ pub(crate) async fn queue_action(
         "rate" => {
             let rate = match limit(&params)? {
                 Some(n) => Some((n, period(&params)?)),
+                None if param(&params, "period").is_some() => {
+                    return Err(ApiError::bad_request(
+                        "limit=none removes the rate limit: give no period with it",
+                    ));
+                }
                 None => None,
             };
             client.set_queue_rate_limit(&queue, rate).await?;
