@@ -100,7 +100,11 @@ async fn bad_settings_are_a_clear_400() {
             "from 0.001",
         ),
         ("/api/queues/api/rate?limit=0&period=1", 400, "from 1 to"),
-        ("/api/queues/api/rate?limit=none&period=1", 400, "give no period"),
+        (
+            "/api/queues/api/rate?limit=none&period=1",
+            400,
+            "give no period",
+        ),
         ("/api/queues/api/explode", 404, "unknown queue action"),
     ] {
         let reply = post(&router, uri).await;
