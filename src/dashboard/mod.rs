@@ -1,7 +1,10 @@
-//! The web dashboard: queues with live counts and throughput, job lists per
-//! state with search and keyset paging, job details (arguments, result,
-//! headers, every attempt's error, timeline, workflow progress) and actions
-//! (retry, cancel, delete, pause and resume a queue).
+//! The web dashboard: queues with live counts and throughput, workers, job
+//! lists per state with search (id prefix, args, error text) and keyset
+//! paging, job details (arguments, result, headers, every attempt's error,
+//! timeline, workflow progress), workflows with their graphs, periodic
+//! schedules and their leader, queue settings, and actions (retry, cancel,
+//! delete one job or everything a filter matches; pause, resume, limit a
+//! queue).
 //!
 //! It is an [`axum::Router`]: serve it alone with [`serve`] (what
 //! `conveyor dashboard` does) or mount it in your own axum server. Its HTML,
@@ -150,9 +153,15 @@ pub fn router(client: Client, config: DashboardConfig) -> Router {
         .route("/", get(index))
         .route("/api/overview", get(api::overview))
         .route("/api/jobs", get(api::jobs))
+        .route("/api/search", get(api::id_search))
         .route("/api/workers", get(api::workers))
         .route("/api/jobs/{id}", get(api::job))
         .route("/api/jobs/{id}/{action}", post(api::job_action))
+        .route("/api/bulk", get(api::bulk_count))
+        .route("/api/bulk/{action}", post(api::bulk_act))
+        .route("/api/workflows", get(api::workflows))
+        .route("/api/workflows/{id}", get(api::workflow))
+        .route("/api/periodic", get(api::periodic))
         .route("/api/queues/{queue}/{action}", post(api::queue_action))
         .fallback(api::not_found)
         .route_layer(axum::middleware::from_fn_with_state(
@@ -162,8 +171,7 @@ pub fn router(client: Client, config: DashboardConfig) -> Router {
         // Not behind the guard: the login form and the (public) assets it uses.
         .route("/login", post(auth::login))
         .route("/logout", post(auth::logout))
-        .route("/assets/app.js", get(app_js))
-        .route("/assets/app.css", get(app_css))
+        .route("/assets/{name}", get(asset))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(state)
 }
@@ -186,8 +194,22 @@ pub async fn serve(
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const LOGIN_HTML: &str = include_str!("assets/login.html");
-const APP_JS: &str = include_str!("assets/app.js");
-const APP_CSS: &str = include_str!("assets/app.css");
+
+/// The page's script (ES modules, `app.js` first) and style sheet, embedded.
+const ASSETS: &[(&str, &str)] = &[
+    ("app.css", include_str!("assets/app.css")),
+    ("app.js", include_str!("assets/app.js")),
+    ("bulk.js", include_str!("assets/bulk.js")),
+    ("graph.js", include_str!("assets/graph.js")),
+    ("job.js", include_str!("assets/job.js")),
+    ("jobs.js", include_str!("assets/jobs.js")),
+    ("lib.js", include_str!("assets/lib.js")),
+    ("overview.js", include_str!("assets/overview.js")),
+    ("periodic.js", include_str!("assets/periodic.js")),
+    ("queues.js", include_str!("assets/queues.js")),
+    ("workers.js", include_str!("assets/workers.js")),
+    ("workflows.js", include_str!("assets/workflows.js")),
+];
 
 /// The page. Its URLs are relative to `<base>`: where the router is
 /// mounted (`/`, or `/conveyor` under axum's `nest`).
@@ -231,21 +253,23 @@ fn html(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-async fn app_js() -> Response {
-    asset("text/javascript; charset=utf-8", APP_JS)
-}
-
-async fn app_css() -> Response {
-    asset("text/css; charset=utf-8", APP_CSS)
-}
-
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+/// `GET assets/{name}`: one of [`ASSETS`] (public: the login page uses the
+/// style sheet; none holds data).
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    let Some((_, body)) = ASSETS.iter().find(|(n, _)| *n == name) else {
+        return (StatusCode::NOT_FOUND, "no such asset").into_response();
+    };
+    let content_type = if name.ends_with(".css") {
+        "text/css; charset=utf-8"
+    } else {
+        "text/javascript; charset=utf-8"
+    };
     (
         [
             (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        body,
+        *body,
     )
         .into_response()
 }

@@ -9,6 +9,11 @@
 -- even a queue-and-task pair that matches nothing is ruled out from the
 -- index alone. Then only the page's rows are read. A page costs about its
 -- own rows however many finished jobs are kept.
+--
+-- A search adds $7 (args contain this JSON), $8 (last_error contains this
+-- text, any case) and $9 (finished in the last $9 seconds): the window is a
+-- range of the same indexes, and within it each candidate row is read, so
+-- the caller runs it under a statement_timeout (db/dashboard.rs).
 WITH page AS (
     SELECT j.id, j.finished_at
     FROM conveyor.jobs j
@@ -18,6 +23,9 @@ WITH page AS (
       AND ($3::text IS NULL OR j.task = $3)
       AND ($4::timestamptz IS NULL
            OR (j.finished_at <= $4 AND (j.finished_at, j.id) < ($4, $5::uuid)))
+      AND ($9::float8 IS NULL OR j.finished_at > now() - make_interval(secs => $9))
+      AND ($7::jsonb IS NULL OR j.args @> $7)
+      AND ($8::text IS NULL OR strpos(lower(j.last_error), lower($8)) > 0)
     ORDER BY j.finished_at DESC, j.id DESC
     LIMIT $6
 )

@@ -3,6 +3,11 @@
 -- are exactly the ready ring's (conveyor.ready): the newest ids are taken
 -- there (a sort of the backlog, whatever the history) and only those rows
 -- are read from conveyor.jobs. Same columns as dashboard_jobs_active.sql.
+--
+-- A search adds $5 (args contain this JSON) and $6 (last_error contains
+-- this text, any case): then every pending job of the queue and task is a
+-- candidate (the ring's LIMIT is lifted) and its row is read, so the caller
+-- runs it under a statement_timeout (db/dashboard.rs).
 SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempt, j.max_retries,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
        left(j.last_error, 300) AS last_error
@@ -11,6 +16,9 @@ FROM (SELECT DISTINCT r.job_id FROM conveyor.ready r
         AND ($2::text IS NULL OR r.task = $2)
         AND ($3::uuid IS NULL OR r.job_id < $3)
       ORDER BY r.job_id DESC
-      LIMIT $4) AS newest
+      LIMIT CASE WHEN $5::jsonb IS NULL AND $6::text IS NULL THEN $4 END) AS newest
 JOIN conveyor.jobs j ON j.id = newest.job_id AND j.state = 'pending'
+WHERE ($5::jsonb IS NULL OR j.args @> $5)
+  AND ($6::text IS NULL OR strpos(lower(j.last_error), lower($6)) > 0)
 ORDER BY j.id DESC
+LIMIT $4

@@ -10,7 +10,8 @@
 --     failures and cancellations (rare) over the last day, so the cost
 --     follows recent throughput, not how many finished jobs are kept.
 -- Run with fresh plans (not a prepared generic plan) so the literal states
--- match the partial indexes.
+-- match the partial indexes. The queue's settings (conveyor.queues, a row
+-- per queue with settings) come along for the settings page.
 WITH active AS (
     SELECT queue, 'pending'::text AS state, count(*) AS n,
            extract(epoch FROM now() - min(run_at))::float8 AS oldest_pending_secs
@@ -76,7 +77,12 @@ SELECT n.queue,
        coalesce(r.failed_1h, 0)::bigint AS failed_1h,
        coalesce(r.failed_24h, 0)::bigint AS failed_24h,
        coalesce(r.cancelled_24h, 0)::bigint AS cancelled_24h,
-       coalesce(q.paused_at IS NOT NULL, false) AS paused
+       coalesce(q.paused_at IS NOT NULL, false) AS paused,
+       q.concurrency_limit, q.rate_limit,
+       extract(epoch FROM q.rate_period)::float8 AS rate_period_secs,
+       -- Starts counted in the current rate window (0 once it has ended).
+       CASE WHEN q.window_start + q.rate_period > now() THEN q.window_count ELSE 0 END
+           AS rate_window_count
 FROM names n
 LEFT JOIN a ON a.queue = n.queue
 LEFT JOIN r ON r.queue = n.queue

@@ -116,6 +116,7 @@ const LEADER_IDLE_LIMIT: &str = "SET idle_session_timeout = '8s'";
 
 /// Takes the periodic scheduler's leadership on `conn` (a session lock, held
 /// until released or the connection ends); false if another process has it.
+/// (The dashboard finds the holder by the same name: [`periodic_lock_name`].)
 pub(crate) async fn try_lead_periodic(conn: &mut PgConnection, q: &Queries) -> Result<bool> {
     // PostgreSQL 14 and later; on older servers the limit is just not set.
     if let Err(error) = sqlx::raw_sql(LEADER_IDLE_LIMIT).execute(&mut *conn).await {
@@ -148,16 +149,67 @@ pub(crate) async fn periodic_last_slots<'e>(
     Ok(rows.into_iter().collect())
 }
 
+/// Records that `slot` of schedule `name` was enqueued as `job`, and the
+/// schedule's next slot.
 pub(crate) async fn periodic_record_slot<'e>(
     exec: impl PgExecutor<'e>,
     q: &Queries,
     name: &str,
     slot: DateTime<Utc>,
+    job: JobId,
+    next: Option<DateTime<Utc>>,
 ) -> Result<()> {
     sqlx::query(q.periodic_record_slot)
         .bind(name)
         .bind(slot)
+        .bind(job)
+        .bind(next)
         .execute(exec)
         .await?;
     Ok(())
+}
+
+/// A schedule as the periodic leader announces it.
+pub(crate) struct AnnouncedSchedule {
+    pub name: String,
+    pub schedule: String,
+    pub task: String,
+    pub queue: String,
+    /// `skip` or `enqueue_once`.
+    pub missed: &'static str,
+    pub next_slot: Option<DateTime<Utc>>,
+}
+
+/// On the leadership connection of a process that just took the lead: who
+/// leads (this session's backend is the lock holder) and the schedules it
+/// runs; every other schedule is marked as not on the leader.
+pub(crate) async fn announce_periodic(
+    conn: &mut PgConnection,
+    q: &Queries,
+    host: &str,
+    pid: i32,
+    schedules: &[AnnouncedSchedule],
+) -> Result<()> {
+    let column = |f: fn(&AnnouncedSchedule) -> String| schedules.iter().map(f).collect::<Vec<_>>();
+    let next: Vec<Option<DateTime<Utc>>> = schedules.iter().map(|s| s.next_slot).collect();
+    sqlx::query(q.periodic_announce)
+        .bind(host)
+        .bind(pid)
+        .bind(env!("CARGO_PKG_VERSION"))
+        .bind(column(|s| s.name.clone()))
+        .bind(column(|s| s.schedule.clone()))
+        .bind(column(|s| s.task.clone()))
+        .bind(column(|s| s.queue.clone()))
+        .bind(column(|s| s.missed.to_string()))
+        .bind(next)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The name of the periodic scheduler's advisory lock for a schema (what
+/// [`try_lead_periodic`] hashes), to find its holder in `pg_locks`.
+#[cfg(feature = "dashboard")]
+pub(crate) fn periodic_lock_name(q: &Queries) -> String {
+    format!("conveyor.periodic:{}", q.schema)
 }

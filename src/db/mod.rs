@@ -40,9 +40,11 @@ pub(crate) use inspect::{
     cancel, count_jobs, delete_jobs, enqueued_jobs, fetch_job, fetch_state, list_job_ids,
     list_jobs, queue_stats, requeue, stats,
 };
+#[cfg(feature = "dashboard")]
+pub(crate) use maintenance::periodic_lock_name;
 pub(crate) use maintenance::{
-    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
-    ring_blocker, rotate_ready, try_lead_periodic,
+    AnnouncedSchedule, announce_periodic, periodic_last_slots, periodic_record_slot, ping, prune,
+    prune_leftovers, prune_stats, rescue, ring_blocker, rotate_ready, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
@@ -135,6 +137,7 @@ pub(crate) struct Queries {
     prune_stats: &'static str,
     periodic_last_slots: &'static str,
     periodic_record_slot: &'static str,
+    periodic_announce: &'static str,
     create_schema: &'static str,
     migrations_table: &'static str,
 }
@@ -248,6 +251,7 @@ impl Queries {
             prune_stats: load(include_str!("prune_stats.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
             periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
+            periodic_announce: load(include_str!("periodic_announce.sql")),
             create_schema: leak(format!(
                 "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE SCHEMA IF NOT EXISTS {schema}_internal"
             )),
@@ -298,11 +302,14 @@ mod template_test {
                 };
                 let named = comment.split('{').skip(1).any(|rest| {
                     rest.split_once('}').is_some_and(|(name, _)| {
-                        !name.is_empty()
-                            && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                        !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                     })
                 });
-                assert!(!named, "{}: placeholder in a comment: {line}", path.display());
+                assert!(
+                    !named,
+                    "{}: placeholder in a comment: {line}",
+                    path.display()
+                );
             }
         }
     }

@@ -145,6 +145,16 @@ impl Periodic {
         }
     }
 
+    /// The schedule in words, as the dashboard shows it: `every 30s`, or
+    /// `cron 0 0 9 * * Mon-Fri (Europe/Paris)`.
+    pub(crate) fn describe(&self) -> String {
+        match &self.schedule {
+            #[cfg(feature = "cron")]
+            Schedule::Cron(schedule, tz) => format!("cron {} ({tz})", schedule.source()),
+            Schedule::Every(interval) => format!("every {}", words(*interval)),
+        }
+    }
+
     /// The job for `slot`, with its slot-derived id.
     fn job(&self, slot: DateTime<Utc>) -> NewJob<Value> {
         let key = format!(
@@ -153,6 +163,25 @@ impl Periodic {
             slot.timestamp_millis()
         );
         (self.make)(slot).id(job_id_from_key(&key))
+    }
+}
+
+/// An interval in the largest unit that divides it: `30s`, `5m`, `1h`,
+/// `1d`, `250ms`.
+fn words(interval: Duration) -> String {
+    let ms = interval.as_millis();
+    let units = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+    ];
+    match units
+        .iter()
+        .find(|(size, _)| ms >= *size && ms.is_multiple_of(*size))
+    {
+        Some((size, unit)) => format!("{}{unit}", ms / size),
+        None => format!("{ms}ms"),
     }
 }
 
@@ -201,10 +230,11 @@ async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) 
         if let (Missed::EnqueueOnce, Some(last)) = (periodic.missed, last.get(&periodic.name))
             && let Some(missed) = latest_slot_between(periodic, *last, now)
         {
-            enqueue(client, periodic, missed).await?;
+            enqueue(client, periodic, missed, periodic.next_after(now)).await?;
         }
         next.push(periodic.next_after(now));
     }
+    announce(conn, client, schedules, &next).await;
     let mut pinged = tokio::time::Instant::now();
     loop {
         let Some((index, slot)) = next
@@ -227,9 +257,58 @@ async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) 
         if pinged.elapsed() >= LEADER_CHECK {
             still_leading(conn, &mut pinged).await?;
         }
-        enqueue(client, &schedules[index], slot).await?;
         next[index] = schedules[index].next_after(slot);
+        enqueue(client, &schedules[index], slot, next[index]).await?;
     }
+}
+
+/// Tells the database who leads and what it runs (`conveyor.periodic_leader`,
+/// `conveyor.periodic`), for the dashboard. A failure is logged, not fatal:
+/// enqueueing does not depend on it.
+async fn announce(
+    conn: &mut PgConnection,
+    client: &Client,
+    schedules: &[Periodic],
+    next: &[Option<DateTime<Utc>>],
+) {
+    let mut seen = std::collections::HashSet::new();
+    let announced: Vec<db::AnnouncedSchedule> = schedules
+        .iter()
+        .zip(next)
+        .filter(|(periodic, _)| seen.insert(periodic.name.as_str()))
+        .map(|(periodic, next)| {
+            // The job a slot makes, for its task and queue (`make` is
+            // called once more here).
+            let sample = (periodic.make)(next.unwrap_or_else(Utc::now));
+            db::AnnouncedSchedule {
+                name: periodic.name.clone(),
+                schedule: periodic.describe(),
+                task: sample.task,
+                queue: sample.queue,
+                missed: match periodic.missed {
+                    Missed::Skip => "skip",
+                    Missed::EnqueueOnce => "enqueue_once",
+                },
+                next_slot: *next,
+            }
+        })
+        .collect();
+    let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    let queries = client.inner.queries;
+    if let Err(error) = db::announce_periodic(conn, queries, &host_name(), pid, &announced).await {
+        tracing::warn!(%error, "conveyor: cannot record the periodic leader and its schedules");
+    }
+}
+
+/// This host's name, as the worker registry records it (`conveyor.workers.host`).
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// Checks the leadership connection answers within [`LEADER_CHECK`]; an
@@ -269,10 +348,17 @@ fn latest_slot_between(
     latest
 }
 
-async fn enqueue(client: &Client, periodic: &Periodic, slot: DateTime<Utc>) -> Result<()> {
+/// Enqueues `slot`'s job and records the slot (and the `next` one).
+async fn enqueue(
+    client: &Client,
+    periodic: &Periodic,
+    slot: DateTime<Utc>,
+    next: Option<DateTime<Utc>>,
+) -> Result<()> {
     let handle = client.enqueue(periodic.job(slot)).await?;
     let inner = &client.inner;
-    db::periodic_record_slot(&inner.pool, inner.queries, &periodic.name, slot).await?;
+    let (pool, q) = (&inner.pool, inner.queries);
+    db::periodic_record_slot(pool, q, &periodic.name, slot, handle.id(), next).await?;
     if !handle.is_duplicate() {
         tracing::debug!(schedule = %periodic.name, %slot, "conveyor: enqueued periodic job");
     }

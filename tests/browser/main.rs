@@ -1,13 +1,18 @@
 //! End to end: the dashboard in headless Chromium, driven through
-//! chromedriver (WebDriver) with fantoccini, against a real worker.
+//! chromedriver (WebDriver) with fantoccini, against real workers. Two
+//! scenarios, one browser at a time:
 //!
-//! A job fails while its handler is "broken"; in the browser we sign in with
-//! the token, see on the overview which queue no live worker serves, open
-//! the workers page, find the failure, open the failed jobs list and the
-//! job, read its error, repair the handler, press Retry and wait for the page
-//! to show the job succeeded; then the worker stops and the overview says no
-//! live worker is left. Screenshots go to `target/dashboard*.png` (the ones
-//! in `docs/screenshots/` are copies).
+//! - `retry`: sign in, see which queue no live worker serves, the workers
+//!   page, a failed job retried from its page, the overview once the last
+//!   worker stopped;
+//! - `fleet`: a workflow's graph, periodic schedules and their leader,
+//!   queue settings edited, searches by args, error text and id prefix, a
+//!   bulk retry confirmed with its count, and a read-only dashboard that
+//!   shows no action.
+//!
+//! Each saves screenshots to `target/screenshots/`; with
+//! `CONVEYOR_UPDATE_SCREENSHOTS=1` also to `docs/screenshots/`, which the
+//! README shows (so an ordinary run leaves the repository untouched).
 //!
 //! Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
 //! `chromium` and `chromium-driver`; `CHROMIUM` and `CHROMEDRIVER` name
@@ -20,19 +25,18 @@
 #[path = "../integration/common.rs"]
 mod common;
 
+mod fleet;
+mod retry;
+
 use std::net::{Ipv4Addr, TcpListener as StdListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use conveyor::dashboard::{self, DashboardConfig};
-use conveyor::{NewJob, TaskError, Worker, WorkerHandle};
 use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use common::{TestDb, WAIT, count_jobs, eventually};
+use common::eventually;
 
 const TOKEN: &str = "e2e-secret-token";
 /// How long the browser may take to show what we wait for.
@@ -194,130 +198,70 @@ fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-/// What the browser does; an `Err` says which step did not happen.
-async fn scenario(
-    browser: &Client,
-    db: &TestDb,
-    base: &str,
-    broken: &AtomicBool,
-    job: uuid::Uuid,
-    worker: WorkerHandle,
-) -> Outcome {
-    // Signed out: the login form. Sign in with the token.
-    browser
-        .goto(base)
-        .await
-        .map_err(err("open the dashboard"))?;
-    let field = browser
-        .wait()
-        .at_most(UI_WAIT)
-        .for_element(Locator::Css("input#token"))
-        .await
-        .map_err(err("the login form"))?;
-    field
-        .send_keys(TOKEN)
-        .await
-        .map_err(err("type the token"))?;
-    click(browser, "main.login button[type=submit]").await?;
-
-    // The overview: the media queue's row counts one failure.
-    let failures = r#"tr[data-queue="media"] td[data-col="failed_24h"]"#;
-    text_of(browser, failures, |t| t.trim() == "1").await?;
-    text_of(browser, r#"tr[data-queue="reports"]"#, |t| {
-        t.contains("paused")
-    })
-    .await?;
-    text_of(
-        browser,
-        r#"tr[data-queue="media"] td[data-col="succeeded_1m"]"#,
-        |t| t.trim() == "4",
-    )
-    .await?;
-    // Nobody serves "reports": the overview says so; "media" is served.
-    text_of(browser, "#no-worker", |t| {
-        t.contains("No live worker serves")
-    })
-    .await?;
-    text_of(browser, r#"[data-orphan="reports"]"#, |t| {
-        t.contains("3 pending")
-    })
-    .await?;
-    if browser
-        .find(Locator::Css(r#"[data-orphan="media"]"#))
-        .await
-        .is_ok()
-    {
-        return Err("media is served, yet the overview says nobody serves it".into());
-    }
-    text_of(browser, "#live-workers", |t| t.trim() == "1").await?;
-    screenshot(browser, "dashboard.png").await?;
-
-    // The workers page: this worker, live, running the transcode job.
-    click(browser, r#"a[data-nav="workers"]"#).await?;
-    let row = format!(r#"tr[data-worker="{}"]"#, worker.id());
-    text_of(browser, &format!("{row} td[data-col=\"busy\"]"), |t| {
-        t.trim() == "1 / 10"
-    })
-    .await?;
-    text_of(browser, &row, |t| {
-        t.contains("live") && t.contains("media, mail")
-    })
-    .await?;
-    screenshot(browser, "dashboard-workers.png").await?;
-    browser.back().await.map_err(err("back to the overview"))?;
-
-    // The failed jobs of the queue, then the job.
-    click(browser, &format!("{failures} a")).await?;
-    click(browser, &format!(r#"tr[data-job="{job}"] a.job-link"#)).await?;
-    text_of(browser, "#job-state", |t| t == "failure").await?;
-    let errors = text_of(browser, "#job-errors", |t| !t.is_empty()).await?;
-    if !errors.contains("renderer is broken") {
-        return Err(format!(
-            "the error history does not show the error: {errors}"
-        ));
-    }
-
-    // Repair the handler and retry: the page follows the job to success.
-    broken.store(false, Ordering::SeqCst);
-    click(browser, r#"button[data-action="retry"]"#).await?;
-    text_of(browser, "#job-state", |t| t == "success").await?;
-    let result = text_of(browser, "pre.json", |t| !t.is_empty()).await;
-    if count_jobs(&db.pool, &format!("id = '{job}' AND state = 'success'")).await != 1 {
-        return Err(format!(
-            "the page says success but the row does not ({result:?})"
-        ));
-    }
-
-    // The only worker stops (its transcode job is given back, pending): the
-    // overview says no live worker is left, within one refresh.
-    worker
-        .shutdown(Duration::from_millis(200))
-        .await
-        .map_err(err("stop the worker"))?;
-    browser.goto(base).await.map_err(err("open the overview"))?;
-    text_of(browser, "#no-worker", |t| t.contains("No live worker.")).await?;
-    text_of(browser, r#"[data-orphan="media"]"#, |t| {
-        t.contains("1 pending")
-    })
-    .await?;
-    screenshot(browser, "dashboard-no-worker.png").await?;
-    Ok(())
-}
-
-/// Saves the page as `target/<name>` (copied by hand to docs/screenshots).
+/// Saves the page as `target/screenshots/<name>`, and in
+/// `docs/screenshots/` with `CONVEYOR_UPDATE_SCREENSHOTS=1`.
 async fn screenshot(browser: &Client, name: &str) -> Outcome {
     let shot = browser.screenshot().await.map_err(err("screenshot"))?;
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
-        .unwrap_or(Path::new("."));
-    std::fs::write(target.join(name), shot).map_err(err("save a screenshot in target/"))
+        .unwrap_or(Path::new("."))
+        .join("screenshots");
+    let mut dirs = vec![target];
+    if std::env::var("CONVEYOR_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+        dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots"));
+    }
+    for dir in dirs {
+        std::fs::create_dir_all(&dir).map_err(err("create the screenshot folder"))?;
+        std::fs::write(dir.join(name), &shot).map_err(err("save a screenshot"))?;
+    }
+    Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_a_failed_job_from_the_browser() {
+/// Types `text` into the field `css`, replacing what it held.
+async fn type_into(browser: &Client, css: &str, text: &str) -> Outcome {
+    let field = browser
+        .wait()
+        .at_most(UI_WAIT)
+        .for_element(Locator::Css(css))
+        .await
+        .map_err(|e| format!("no `{css}` on the page: {e}"))?;
+    field.clear().await.map_err(err("clear a field"))?;
+    field
+        .send_keys(text)
+        .await
+        .map_err(err("type into a field"))
+}
+
+/// Fails if `css` matches anything on the page.
+async fn absent(browser: &Client, css: &str, why: &str) -> Outcome {
+    match browser.find_all(Locator::Css(css)).await {
+        Ok(found) if !found.is_empty() => Err(format!("`{css}` is on the page: {why}")),
+        _ => Ok(()),
+    }
+}
+
+/// The dashboard `router`, in-process on a free loopback port: its base URL.
+async fn serve(router: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let base = format!("http://{}/", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    (base, server)
+}
+
+/// One browser at a time (two Chromiums on the 2-core CI machine slow each
+/// other past the waits).
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A headless Chromium session through chromedriver, or `None` when
+/// `CONVEYOR_SKIP_BROWSER=1`. Installs the two when missing (see above).
+async fn browser() -> Option<(Driver, Client)> {
     if std::env::var("CONVEYOR_SKIP_BROWSER").as_deref() == Ok("1") {
         eprintln!("CONVEYOR_SKIP_BROWSER=1: the browser test is skipped");
-        return;
+        return None;
     }
     let binaries = || {
         (
@@ -336,105 +280,19 @@ async fn retry_a_failed_job_from_the_browser() {
              CONVEYOR_SKIP_BROWSER=1 to skip"
         );
     };
-
-    let db = TestDb::new().await;
-    let client = db.client.clone();
-    let broken = Arc::new(AtomicBool::new(true));
-    let flag = broken.clone();
-    let worker = Worker::builder(&client)
-        .queues(["media", "mail"])
-        .register_fn("render", move |_ctx, args: Value| {
-            let broken = flag.load(Ordering::SeqCst);
-            async move {
-                if broken {
-                    Err(TaskError::retry("renderer is broken: font cache missing"))
-                } else {
-                    Ok(json!({ "rendered": args["page"] }))
-                }
-            }
-        })
-        .register_fn("thumbnail", |_ctx, args| async move { Ok(args) })
-        .register_fn("sync", |_ctx, _args| async move {
-            Err::<Value, _>(TaskError::retry_after(
-                Duration::from_secs(3600),
-                "upstream answered 503",
-            ))
-        })
-        .register_fn("transcode", |ctx, args| async move {
-            // Runs until the worker stops: a "started" row for the overview.
-            tokio::select! {
-                _ = ctx.cancelled() => Err(TaskError::fail("cancelled")),
-                _ = tokio::time::sleep(Duration::from_secs(600)) => Ok(args),
-            }
-        })
-        .start()
-        .expect("start the worker");
-
-    // Something in every corner of the overview, and the job that will fail.
-    for i in 0..4 {
-        client
-            .enqueue(NewJob::new("thumbnail", json!({ "image": i })).queue("media"))
-            .await
-            .unwrap();
-    }
-    let handle = client
-        .enqueue(
-            NewJob::new("render", json!({ "page": 7 }))
-                .queue("media")
-                .max_retries(0),
-        )
-        .await
-        .unwrap();
-    for i in 0..2 {
-        let later = NewJob::new("digest", json!({ "user": i }))
-            .queue("mail")
-            .delay(Duration::from_secs(3600));
-        client.enqueue(later).await.unwrap();
-    }
-    client
-        .enqueue(NewJob::new("sync", json!({ "account": 42 })).queue("mail"))
-        .await
-        .unwrap();
-    client
-        .enqueue(NewJob::new("transcode", json!({ "video": 3 })).queue("media"))
-        .await
-        .unwrap();
-    client.pause_queue("reports").await.unwrap();
-    for i in 0..3 {
-        client
-            .enqueue(NewJob::new("monthly", json!({ "month": i })).queue("reports"))
-            .await
-            .unwrap();
-    }
-    let job = handle.id();
-    eventually(WAIT, "the render job to fail", || async {
-        let failed =
-            count_jobs(&db.pool, &format!("id = '{job}' AND state = 'failure'")).await == 1;
-        let done = count_jobs(&db.pool, "task = 'thumbnail' AND state = 'success'").await == 4;
-        let retrying = count_jobs(&db.pool, "task = 'sync' AND state = 'retry'").await == 1;
-        let running = count_jobs(&db.pool, "task = 'transcode' AND state = 'started'").await == 1;
-        (failed && done && retrying && running).then_some(())
-    })
-    .await;
-
-    // The dashboard, in-process on a free loopback port, behind a token.
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let base = format!("http://{}/", listener.local_addr().unwrap());
-    let router = dashboard::router(client.clone(), DashboardConfig::new().token(TOKEN));
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
-
     let driver = Driver::start(&chromedriver).await;
     let browser = connect(&driver, &chromium).await;
-    let outcome = scenario(&browser, &db, &base, &broken, job, worker).await;
+    Some((driver, browser))
+}
+
+/// Ends the session; on a failed step, panics with it and the page's source.
+async fn finish(browser: Client, driver: Driver, outcome: Outcome) {
     let page = match &outcome {
         Ok(()) => String::new(),
         Err(_) => browser.source().await.unwrap_or_default(),
     };
     browser.close().await.ok();
     drop(driver);
-    server.abort();
     if let Err(step) = outcome {
         panic!("{step}\n--- page source ---\n{page}");
     }

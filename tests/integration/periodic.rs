@@ -164,3 +164,128 @@ async fn a_leader_cut_off_from_the_database_hands_over() {
     // given up after a 2 s ping timeout, its other connections work.)
     a.shutdown(WAIT).await.unwrap();
 }
+
+/// The leading process records who it is and the schedules it runs (for
+/// the dashboard): schedule text, task, queue, next slot, the last slot's
+/// job; a schedule it lacks is marked as not on the leader; a new leader
+/// takes the record over.
+#[tokio::test]
+async fn the_leader_records_itself_and_its_schedules() {
+    let db = TestDb::new().await;
+    // Left by an earlier leader: a schedule no process registers now.
+    sqlx::query(
+        "INSERT INTO conveyor.periodic (name, last_slot, on_leader)
+         VALUES ('retired', now() - interval '1 day', true)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let a = Worker::builder(&db.client)
+        .periodic(Periodic::every("fast", Duration::from_millis(200), tick))
+        .periodic(Periodic::every("hourly", Duration::from_secs(3600), |_| {
+            NewJob::new("report", json!({})).queue("reports")
+        }))
+        .register_fn("tick", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    type Row = (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        bool,
+    );
+    let rows = || async {
+        sqlx::query_as::<_, Row>(
+            "SELECT name, schedule, task, queue, missed, on_leader FROM conveyor.periodic ORDER BY name",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    let slot_job = || async {
+        sqlx::query_as::<_, (chrono::DateTime<Utc>, chrono::DateTime<Utc>, Value)>(
+            "SELECT p.last_slot, p.next_slot, j.args FROM conveyor.periodic p
+             JOIN conveyor.jobs j ON j.id = p.last_job_id WHERE p.name = 'fast'",
+        )
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+    };
+    let (last, next, args) = eventually(WAIT, "a slot of `fast` recorded", slot_job).await;
+    assert_eq!(
+        args["slot"],
+        json!(last),
+        "last_job_id is the last slot's job"
+    );
+    assert!(next > last, "{next} after {last}");
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(
+        rows().await,
+        [
+            (
+                "fast".into(),
+                some("every 200ms"),
+                some("tick"),
+                some("default"),
+                some("skip"),
+                true
+            ),
+            (
+                "hourly".into(),
+                some("every 1h"),
+                some("report"),
+                some("reports"),
+                some("skip"),
+                true
+            ),
+            ("retired".into(), None, None, None, None, false),
+        ]
+    );
+    let hourly_next: Option<chrono::DateTime<Utc>> =
+        sqlx::query_scalar("SELECT next_slot FROM conveyor.periodic WHERE name = 'hourly'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(hourly_next.map(|t| t.timestamp() % 3600), Some(0));
+    let leader = || async {
+        sqlx::query_as::<_, (String, i32, i32, bool)>(
+            "SELECT l.host, l.pid, l.backend_pid,
+                    EXISTS (SELECT FROM pg_locks k WHERE k.pid = l.backend_pid
+                            AND k.locktype = 'advisory' AND k.granted)
+             FROM conveyor.periodic_leader l",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let (host, pid, first_backend, holds) = leader().await;
+    assert!(!host.is_empty());
+    assert_eq!(pid, std::process::id() as i32);
+    assert!(holds, "the recorded backend holds the scheduler's lock");
+
+    // B registers another schedule; once A stops, B leads and says so.
+    let b = Worker::builder(&db.client)
+        .periodic(Periodic::every("other", Duration::from_secs(60), tick))
+        .register_fn("tick", |_, _| async move { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    a.shutdown(WAIT).await.unwrap();
+    eventually(WAIT, "B to take the lead", || async {
+        let (.., backend, holds) = leader().await;
+        (backend != first_backend && holds).then_some(())
+    })
+    .await;
+    let led: Vec<(String, bool)> = rows().await.into_iter().map(|r| (r.0, r.5)).collect();
+    assert_eq!(
+        led,
+        [
+            ("fast".to_string(), false),
+            ("hourly".to_string(), false),
+            ("other".to_string(), true),
+            ("retired".to_string(), false),
+        ]
+    );
+    b.shutdown(WAIT).await.unwrap();
+}

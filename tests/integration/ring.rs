@@ -45,7 +45,7 @@ async fn ring(pool: &PgPool) -> Vec<(uuid::Uuid, i32)> {
 /// second `second`) `claim_floors.sql`.
 async fn claim_buffers(
     db: &TestDb,
-    floors: Option<(i64, chrono::DateTime<chrono::Utc>, uuid::Uuid, i64)>,
+    floors: Option<(i64, chrono::DateTime<chrono::Utc>, uuid::Uuid)>,
 ) -> (u64, String) {
     let (claim, claim_floors) = conveyor::testing::claim_statements(&db.client);
     let mut conn = PgConnection::connect(&db.url()).await.unwrap();
@@ -65,7 +65,8 @@ async fn claim_buffers(
             .await
             .unwrap()
         }
-        Some((np, run_at, job_id, second)) => {
+        Some((np, run_at, job_id)) => {
+            let second = "floor(extract(epoch FROM statement_timestamp()))::bigint";
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "PREPARE claim_now(text, text[], bigint, float8, text, int, int,
                                    bigint[], timestamptz[], uuid[], bigint[]) AS {claim_floors}"
@@ -76,7 +77,8 @@ async fn claim_buffers(
             sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{{noop}}', 10, 30, 'w', NULL, NULL,
                      array_fill({np}::bigint, ARRAY[8]), array_fill('{run_at}'::timestamptz, ARRAY[8]),
-                     array_fill('{job_id}'::uuid, ARRAY[8]), array_fill({second}::bigint, ARRAY[8]))"
+                     array_fill('{job_id}'::uuid, ARRAY[8]),
+                     array_fill({second}, ARRAY[8]))"
             )))
             .fetch_all(&mut *tx)
             .await
@@ -383,19 +385,18 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
         .await
         .unwrap();
     // Floors where the worker's would be: past every job done, in every
-    // slot, taken this second (the new job is in the current slot, which
-    // is always read from its head).
-    let (np, run_at, job_id, second): (i64, chrono::DateTime<chrono::Utc>, uuid::Uuid, i64) =
-        sqlx::query_as(
-            "SELECT -(priority::bigint), run_at, id, floor(extract(epoch FROM statement_timestamp()))::bigint
+    // slot (the new job is in the current slot, which is always read from
+    // its head).
+    let (np, run_at, job_id): (i64, chrono::DateTime<chrono::Utc>, uuid::Uuid) = sqlx::query_as(
+        "SELECT -(priority::bigint), run_at, id
              FROM conveyor.jobs WHERE state = 'success'
              ORDER BY -(priority::bigint) DESC, run_at DESC, id DESC LIMIT 1",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     let (heads, _) = claim_buffers(&db, None).await;
-    let (floored, plan) = claim_buffers(&db, Some((np, run_at, job_id, second))).await;
+    let (floored, plan) = claim_buffers(&db, Some((np, run_at, job_id))).await;
     eprintln!(
         "claim after 20,000 jobs with the ring held: {heads} pages from the heads, {floored} with floors"
     );

@@ -47,7 +47,19 @@ pub(crate) enum Command {
     /// Create or upgrade Conveyor's schema (idempotent).
     Migrate,
     /// Per queue: jobs by state, oldest pending age, throughput, paused.
-    Stats,
+    Stats {
+        /// Refresh every SECS seconds (default 2) until interrupted (Ctrl-C);
+        /// with --json, one JSON line per refresh.
+        #[arg(
+            long,
+            value_name = "SECS",
+            num_args = 0..=1,
+            default_missing_value = "2",
+            value_parser = interval,
+            allow_negative_numbers = true
+        )]
+        watch: Option<Duration>,
+    },
     /// Worker processes: host, pid, queues, busy slots, last beat, live or dead.
     Workers,
     /// List or show jobs.
@@ -59,7 +71,7 @@ pub(crate) enum Command {
     Cancel(Targets),
     /// Delete jobs (running ones are skipped: cancel them first).
     Delete(Targets),
-    /// Pause or resume a queue for every worker.
+    /// Pause, resume or limit a queue for every worker.
     #[command(subcommand)]
     Queue(QueueCommand),
     /// Serve Prometheus metrics on http://BIND/metrics.
@@ -149,7 +161,28 @@ pub(crate) enum QueueCommand {
     Pause { queue: String },
     /// Claim from the queue again.
     Resume { queue: String },
+    /// At most N of the queue's jobs running at once, across all workers
+    /// (`none` removes the limit).
+    Limit {
+        queue: String,
+        #[arg(value_name = "N|none", value_parser = limit)]
+        limit: Limit,
+    },
+    /// At most N of the queue's jobs started per PERIOD, across all workers
+    /// (`100 1m`; PERIOD in seconds or with a unit: ms, s, m, h, d); `none`
+    /// removes the rate limit.
+    Rate {
+        queue: String,
+        #[arg(value_name = "N|none", value_parser = limit)]
+        limit: Limit,
+        #[arg(value_name = "PERIOD", value_parser = period)]
+        period: Option<Duration>,
+    },
 }
+
+/// A limit given on the command line: a number from 1, or `none`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limit(pub(crate) Option<u32>);
 
 /// Which jobs: the options shared by `jobs list` and the bulk commands.
 #[derive(Args, Clone, Default)]
@@ -256,4 +289,51 @@ fn header(value: &str) -> Result<(String, String), String> {
         .filter(|(key, _)| !key.is_empty())
         .map(|(key, value)| (key.to_string(), value.to_string()))
         .ok_or_else(|| format!("`{value}`: expected KEY=VALUE"))
+}
+
+fn limit(value: &str) -> Result<Limit, String> {
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=i32::MAX as u32).contains(n))
+        .map(|n| Limit(Some(n)))
+        .ok_or_else(|| "expected a whole number from 1 to 2147483647, or none".to_string())
+}
+
+/// A duration: seconds (`90`, `0.5`), or a number with a unit (`500ms`,
+/// `30s`, `5m`, `1h`, `1d`); from 1 ms to 100 years.
+fn period(value: &str) -> Result<Duration, String> {
+    let units = [
+        ("ms", 0.001),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3_600.0),
+        ("d", 86_400.0),
+    ];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| value.strip_suffix(unit).map(|n| (n, *scale)))
+        .unwrap_or((value, 1.0));
+    number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|n| n * scale)
+        .filter(|s| (0.001..=3_155_760_000.0).contains(s))
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| {
+            "expected a period from 1 ms to 100 years: seconds, or with a unit (500ms, 30s, 5m, 1h, 1d)"
+                .to_string()
+        })
+}
+
+/// `--watch`'s refresh interval: at least 0.1 s.
+fn interval(value: &str) -> Result<Duration, String> {
+    seconds(value)
+        .ok()
+        .filter(|d| *d >= Duration::from_millis(100))
+        .ok_or_else(|| "expected a number of seconds, at least 0.1".to_string())
 }

@@ -7,6 +7,7 @@ mod args;
 mod bulk;
 mod failure;
 mod output;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -66,7 +67,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let client = Client::builder(pool).schema(&cli.schema).build()?;
     match cli.command {
         Command::Migrate => Ok(()),
-        Command::Stats => {
+        Command::Stats { watch: Some(every) } => watch::stats(&client, every, cli.json).await,
+        Command::Stats { watch: None } => {
             let stats = client.queue_stats().await?;
             output::print(cli.json, &serde_json::to_value(&stats)?, || {
                 output::stats_table(&stats)
@@ -111,6 +113,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 || format!("resumed {queue}"),
             )
         }
+        Command::Queue(QueueCommand::Limit { queue, limit }) => {
+            client.set_queue_limit(&queue, limit.0).await?;
+            let value = json!({ "queue": queue, "concurrency_limit": limit.0 });
+            output::print(cli.json, &value, || match limit.0 {
+                Some(n) => format!("{queue}: at most {n} job(s) running at once"),
+                None => format!("{queue}: no concurrency limit"),
+            })
+        }
+        Command::Queue(QueueCommand::Rate {
+            queue,
+            limit,
+            period,
+        }) => queue_rate(&client, &queue, limit.0, period, cli.json).await,
         Command::Metrics { bind } => {
             let metrics = conveyor::Metrics::new()?;
             let listener = tokio::net::TcpListener::bind(&bind)
@@ -164,6 +179,43 @@ async fn enqueue(client: &Client, args: EnqueueArgs, as_json: bool) -> Result<()
             format!("enqueued {} ({state}{duplicate})", handle.id())
         },
     )
+}
+
+/// `queue rate QUEUE N PERIOD` or `queue rate QUEUE none`.
+async fn queue_rate(
+    client: &Client,
+    queue: &str,
+    limit: Option<u32>,
+    period: Option<Duration>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let rate = match (limit, period) {
+        (Some(n), Some(period)) => Some((n, period)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(Failure::Usage(
+                "give the rate's period too: queue rate QUEUE N PERIOD (e.g. 100 1m)".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Failure::Usage(
+                "`none` removes the rate limit: give no period after it".into(),
+            ));
+        }
+    };
+    client.set_queue_rate_limit(queue, rate).await?;
+    let value = json!({
+        "queue": queue,
+        "rate_limit": rate.map(|r| r.0),
+        "rate_period_secs": rate.map(|r| r.1.as_secs_f64()),
+    });
+    output::print(as_json, &value, || match rate {
+        Some((n, period)) => format!(
+            "{queue}: at most {n} job(s) started per {}",
+            watch::duration(period)
+        ),
+        None => format!("{queue}: no rate limit"),
+    })
 }
 
 async fn dashboard(client: Client, args: DashboardArgs) -> Result<(), Failure> {

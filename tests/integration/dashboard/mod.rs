@@ -1,8 +1,15 @@
 //! The dashboard's router, driven in-process: its numbers match the table,
 //! lists page without gaps, and actions change the database. Authentication,
-//! read-only mode and CSRF protection are in `security`.
+//! read-only mode and CSRF protection are in `security`; searches, bulk
+//! actions, queue settings, workflows and periodic schedules each have a
+//! module.
 
+mod bulk;
+mod periodic;
+mod search;
 mod security;
+mod settings;
+mod workflows;
 
 use std::collections::HashSet;
 

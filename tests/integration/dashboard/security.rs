@@ -161,11 +161,24 @@ async fn read_only_refuses_every_post() {
         format!("/api/jobs/{failed}/delete"),
         "/api/queues/mail/pause".to_string(),
         "/api/queues/mail/resume".to_string(),
+        "/api/queues/mail/limit?limit=3".to_string(),
+        "/api/queues/mail/rate?limit=10&period=60".to_string(),
+        "/api/bulk/retry?state=failure&max=10".to_string(),
+        "/api/bulk/cancel?state=pending&max=10".to_string(),
+        "/api/bulk/delete?state=failure&max=10".to_string(),
     ] {
         let reply = post(&router, &uri).await;
         assert_eq!(reply.status, 403, "{uri}: {}", reply.text);
         assert!(reply.body["error"].as_str().unwrap().contains("read-only"));
     }
+    let settings: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.queues")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(settings, 0, "no queue setting was written");
+    // Reads still answer: the count a bulk action would show.
+    let count = get(&router, "/api/bulk?action=retry&state=failure").await;
+    assert_eq!(count.body["matched"], 1, "{}", count.text);
     assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 1);
     assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 1);
     assert_eq!(count_jobs(&db.pool, "true").await, 2);
@@ -198,12 +211,28 @@ async fn mutations_without_the_csrf_header_or_from_another_origin_are_refused() 
     assert_eq!(send(&router, Method::POST, &uri, &cross).await.status, 403);
     let site = [("x-conveyor-csrf", "1"), ("sec-fetch-site", "cross-site")];
     assert_eq!(send(&router, Method::POST, &uri, &site).await.status, 403);
-    assert_eq!(
-        send(&router, Method::POST, "/api/queues/mail/pause", &[])
-            .await
-            .status,
-        403
-    );
+    for uri in [
+        "/api/queues/mail/pause",
+        "/api/queues/mail/limit?limit=1",
+        "/api/queues/mail/rate?limit=1&period=1",
+        "/api/bulk/retry?state=failure&max=10",
+    ] {
+        assert_eq!(
+            send(&router, Method::POST, uri, &[]).await.status,
+            403,
+            "{uri}"
+        );
+        let cross = [
+            ("x-conveyor-csrf", "1"),
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://evil.example"),
+        ];
+        assert_eq!(
+            send(&router, Method::POST, uri, &cross).await.status,
+            403,
+            "{uri}"
+        );
+    }
     assert_eq!(
         count_jobs(&db.pool, "state = 'failure'").await,
         1,
@@ -237,14 +266,54 @@ async fn the_page_and_assets_are_served_and_non_loopback_needs_auth() {
             .unwrap()
             .contains("frame-ancestors 'none'")
     );
-    let js = get(&router, "/assets/app.js").await;
+    // The page's modules, all served as JavaScript; lib.js sends the CSRF header.
+    for name in [
+        "app.js",
+        "lib.js",
+        "overview.js",
+        "workers.js",
+        "jobs.js",
+        "bulk.js",
+        "job.js",
+        "workflows.js",
+        "graph.js",
+        "periodic.js",
+        "queues.js",
+    ] {
+        let js = get(&router, &format!("/assets/{name}")).await;
+        assert_eq!(js.status, 200, "{name}");
+        assert!(
+            js.headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript"),
+            "{name}"
+        );
+        // Every module app.js imports is served.
+        if name == "app.js" {
+            for import in js.text.lines().filter_map(|l| l.split("from './").nth(1)) {
+                let file = import.trim_end_matches("';");
+                assert_eq!(
+                    get(&router, &format!("/assets/{file}")).await.status,
+                    200,
+                    "{file}"
+                );
+            }
+        }
+    }
     assert!(
-        js.headers[header::CONTENT_TYPE]
+        get(&router, "/assets/lib.js")
+            .await
+            .text
+            .contains("X-Conveyor-Csrf")
+    );
+    assert_eq!(get(&router, "/assets/nothing.js").await.status, 404);
+    assert!(
+        get(&router, "/assets/app.css").await.headers[header::CONTENT_TYPE]
             .to_str()
             .unwrap()
-            .starts_with("text/javascript")
+            .starts_with("text/css")
     );
-    assert!(js.text.contains("X-Conveyor-Csrf"));
     assert!(page.text.contains("<base href=\"/\">"));
     // Mounted under a path: the page's relative URLs resolve below it.
     let nested = Router::new().nest("/conveyor", open(&db));

@@ -1,5 +1,8 @@
 //! The `conveyor` command line, run as a process against a test database,
-//! its output parsed in `--json` mode.
+//! its output parsed in `--json` mode. Queue limits, `stats --watch` and
+//! progress on a terminal are in `watch`.
+
+mod watch;
 
 use std::process::{Command, Output, Stdio};
 
