@@ -1,0 +1,324 @@
+//! Following the primary across failovers: libpq-style host lists with
+//! `target_session_attrs` on top of sqlx, which has no multi-host
+//! connection strings.
+//!
+//! A [`Primary`] keeps one probe connection to the server it follows and
+//! checks it every [`CHECK_EVERY`]; when that server is gone or no longer
+//! takes writes, it walks the host list in order (as libpq does for every
+//! connection) until a server qualifies, then points every pool that
+//! follows it there (`Pool::set_connect_options`). Those pools check each
+//! new connection (`after_connect`) and close, when next taken, every
+//! connection opened before the switch (`before_acquire`), so nothing is
+//! sent to a dead or demoted server twice. Sessions held outside a pool
+//! (`LISTEN`, the periodic leader's lock) watch [`Primary::switches`].
+
+mod hosts;
+mod watcher;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgConnection, PgPool};
+use tokio::sync::{Notify, watch};
+
+use crate::error::Result;
+pub(crate) use hosts::{Attrs, HostList, parse};
+
+/// How often a [`Primary`] checks that the server it follows still qualifies.
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How long one host may take to accept a connection or answer the check,
+/// unless the URL sets libpq's `connect_timeout`.
+const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long [`Primary::connect`] looks for a qualifying server.
+const FIND_FOR: Duration = Duration::from_secs(30);
+
+/// The server of a libpq-style host list that Conveyor writes to, followed
+/// across failovers. Cheap to clone; the watch ends with the last clone.
+///
+/// ```no_run
+/// # async fn demo() -> conveyor::Result<()> {
+/// let url = "postgres://app@db1:5432,db2:5432/app?target_session_attrs=read-write";
+/// // Client::connect(url) does all of this itself.
+/// let primary = conveyor::Primary::connect(url).await?;
+/// let pool = primary.pool(conveyor::pool_options());
+/// let client = conveyor::Client::builder(pool).primary(primary).build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Primary {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Primary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primary")
+            .field("host", &self.host())
+            .field("switches", &self.switches())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Shared {
+    list: HostList,
+    host_timeout: Duration,
+    /// When this started: switch times are counted from here.
+    base: Instant,
+    /// Microseconds after `base` of the latest switch; 0 before any.
+    switched_at: AtomicU64,
+    state: Mutex<State>,
+    /// Switches so far; sessions held outside pools watch it.
+    switches: watch::Sender<u64>,
+    /// Wakes the watcher before its next check (a pool met a server that
+    /// does not qualify).
+    suspect: Arc<Notify>,
+}
+
+struct State {
+    /// Index in `list.hosts` of the server followed.
+    current: usize,
+    /// Pools pointed at it, with their registration ids.
+    pools: Vec<(u64, PgPool)>,
+    next_id: u64,
+}
+
+impl Primary {
+    /// Parses a libpq-style URL (`postgres://user@h1:p1,h2:p2/db?target_session_attrs=read-write`;
+    /// `target_session_attrs` may be `read-write`, `primary` or `any`, the
+    /// default; libpq's `connect_timeout` in seconds bounds each host's
+    /// answer, 2 s otherwise), finds the first host in order that qualifies,
+    /// waiting up to 30 s for one, and starts checking it every
+    /// [`CHECK_EVERY`]. Must be called within a tokio runtime.
+    pub async fn connect(url: &str) -> Result<Primary> {
+        Primary::with_hosts(parse(url)?).await
+    }
+
+    pub(crate) async fn with_hosts(list: HostList) -> Result<Primary> {
+        let host_timeout = list.connect_timeout.unwrap_or(DEFAULT_HOST_TIMEOUT);
+        let shared = Arc::new(Shared {
+            list,
+            host_timeout,
+            base: Instant::now(),
+            switched_at: AtomicU64::new(0),
+            state: Mutex::new(State {
+                current: 0,
+                pools: Vec::new(),
+                next_id: 0,
+            }),
+            switches: watch::channel(0).0,
+            suspect: Arc::new(Notify::new()),
+        });
+        let (current, probe) = watcher::find_within(&shared, FIND_FOR).await?;
+        shared.lock().current = current;
+        watcher::spawn(Arc::downgrade(&shared), probe);
+        Ok(Primary { shared })
+    }
+
+    /// A pool (connecting lazily) that follows this primary: each new
+    /// connection goes to the server followed and is checked against
+    /// `target_session_attrs`; connections opened before a switch are
+    /// closed when next taken. Sets `options`' `after_connect` and
+    /// `before_acquire` (do not set your own). The pool stays registered
+    /// while this `Primary` lives.
+    pub fn pool(&self, options: PgPoolOptions) -> PgPool {
+        self.register(options).0
+    }
+
+    /// `host:port` of the server followed now.
+    pub fn host(&self) -> String {
+        let state = self.shared.lock();
+        self.shared.list.hosts[state.current].0.clone()
+    }
+
+    /// How many times the followed server changed since [`Primary::connect`].
+    pub fn switches(&self) -> u64 {
+        *self.shared.switches.borrow()
+    }
+
+    /// Registers a pool of `options` pointed at the current server.
+    fn register(&self, options: PgPoolOptions) -> (PgPool, u64) {
+        let options = hooked(options, Arc::downgrade(&self.shared));
+        let mut state = self.shared.lock();
+        let connect = self.shared.list.hosts[state.current].1.clone();
+        let pool = options.connect_lazy_with(connect);
+        let id = state.next_id;
+        state.next_id += 1;
+        state.pools.push((id, pool.clone()));
+        (pool, id)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Points every registered pool at host `index`.
+    fn switch_to(&self, index: usize) {
+        let mut state = self.lock();
+        if state.current == index {
+            return;
+        }
+        let (from, to) = (&self.list.hosts[state.current].0, &self.list.hosts[index].0);
+        tracing::warn!(%from, %to, "conveyor: following the new primary");
+        state.current = index;
+        // Connections opened from now on go to the new server; older ones
+        // are closed when next taken from their pool.
+        let micros = u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.switched_at.store(micros.max(1), Ordering::SeqCst);
+        let options = &self.list.hosts[index].1;
+        for (_, pool) in &state.pools {
+            pool.set_connect_options(options.clone());
+        }
+        // Under the lock: whoever reads the server and the count together
+        // (`Connector::connect`) sees both old or both new.
+        self.switches.send_modify(|n| *n += 1);
+    }
+
+    /// Whether a connection `age` old was opened before the latest switch.
+    fn predates_switch(&self, age: Duration) -> bool {
+        let switched = self.switched_at.load(Ordering::SeqCst);
+        let opened = self.base.elapsed().saturating_sub(age);
+        switched != 0 && opened < Duration::from_micros(switched)
+    }
+}
+
+/// Whether the server on `conn` qualifies as `attrs` asks.
+pub(crate) async fn qualifies(conn: &mut PgConnection, attrs: Attrs) -> sqlx::Result<bool> {
+    if attrs == Attrs::Any {
+        return Ok(true);
+    }
+    let (in_recovery, read_only): (bool, bool) = sqlx::query_as(
+        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+    )
+    .persistent(false)
+    .fetch_one(conn)
+    .await?;
+    Ok(attrs.accepts(in_recovery, read_only))
+}
+
+/// `options` with the checks of a following pool.
+fn hooked(options: PgPoolOptions, shared: Weak<Shared>) -> PgPoolOptions {
+    let on_connect = shared.clone();
+    options
+        .after_connect(move |conn, _| {
+            let shared = on_connect.upgrade();
+            Box::pin(async move {
+                let Some(shared) = shared else { return Ok(()) };
+                if qualifies(conn, shared.list.attrs).await? {
+                    return Ok(());
+                }
+                shared.suspect.notify_one();
+                Err(sqlx::Error::Configuration(
+                    format!(
+                        "the server does not qualify as target_session_attrs={}",
+                        shared.list.attrs.name()
+                    )
+                    .into(),
+                ))
+            })
+        })
+        .before_acquire(move |_, meta| {
+            let fresh = !shared
+                .upgrade()
+                .is_some_and(|shared| shared.predates_switch(meta.age));
+            Box::pin(async move { Ok(fresh) })
+        })
+}
+
+/// Removes its pool from the [`Primary`]'s list when dropped.
+pub(crate) struct Registration {
+    shared: Weak<Shared>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.lock().pools.retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+/// A pool of a component's own, and what keeps it following the primary.
+#[derive(Clone)]
+pub(crate) struct OwnPool {
+    pub(crate) pool: PgPool,
+    _registration: Option<Arc<Registration>>,
+}
+
+/// Where a component opens connections of its own: the client pool's
+/// connect options, or the [`Primary`] the client follows.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    pool: PgPool,
+    primary: Option<Primary>,
+}
+
+impl Connector {
+    pub(crate) fn new(pool: PgPool, primary: Option<Primary>) -> Connector {
+        Connector { pool, primary }
+    }
+
+    /// A pool of `options`, following the primary if there is one; it stops
+    /// following when the last clone of the returned value is dropped.
+    pub(crate) fn pool(&self, options: PgPoolOptions) -> OwnPool {
+        match &self.primary {
+            Some(primary) => {
+                let (pool, id) = primary.register(options);
+                let registration = Registration {
+                    shared: Arc::downgrade(&primary.shared),
+                    id,
+                };
+                OwnPool {
+                    pool,
+                    _registration: Some(Arc::new(registration)),
+                }
+            }
+            None => OwnPool {
+                pool: options.connect_lazy_with((*self.pool.connect_options()).clone()),
+                _registration: None,
+            },
+        }
+    }
+
+    /// One connection outside any pool, to the server followed (checked),
+    /// and the switch count it belongs to (see [`Connector::switches`]).
+    pub(crate) async fn connect(&self) -> sqlx::Result<(PgConnection, u64)> {
+        let Some(primary) = &self.primary else {
+            return Ok((self.pool.connect_options().connect().await?, 0));
+        };
+        let (options, switches): (PgConnectOptions, u64) = {
+            let state = primary.shared.lock();
+            let options = primary.shared.list.hosts[state.current].1.clone();
+            (options, *primary.shared.switches.borrow())
+        };
+        let mut conn = options.connect().await?;
+        if !qualifies(&mut conn, primary.shared.list.attrs).await? {
+            primary.shared.suspect.notify_one();
+            return Err(sqlx::Error::Configuration(
+                "the followed server no longer qualifies".into(),
+            ));
+        }
+        Ok((conn, switches))
+    }
+
+    /// Switches of the followed server so far (0 without a primary).
+    pub(crate) fn switches(&self) -> u64 {
+        self.primary.as_ref().map_or(0, Primary::switches)
+    }
+
+    /// Resolves at the next switch; never without a primary.
+    pub(crate) fn switched(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let receiver = self.primary.as_ref().map(|p| p.shared.switches.subscribe());
+        async move {
+            if let Some(mut receiver) = receiver
+                && receiver.changed().await.is_ok()
+            {
+                return;
+            }
+            std::future::pending().await
+        }
+    }
+}
