@@ -7,23 +7,29 @@
 //! takes writes, it walks the host list in order (as libpq does for every
 //! connection) until a server qualifies, then points every pool that
 //! follows it there (`Pool::set_connect_options`). Those pools check each
-//! new connection (`after_connect`) and close, when next taken, every
-//! connection opened before the switch (`before_acquire`), so nothing is
-//! sent to a dead or demoted server twice. Sessions held outside a pool
-//! (`LISTEN`, the periodic leader's lock) watch [`Primary::switches`].
+//! new connection (`after_connect`, see `hooks`) and close, when next
+//! taken, every connection opened before the switch (`before_acquire`), so
+//! nothing is sent to a dead or demoted server again. While no server
+//! qualifies, new connections go to the first that answers and wait there
+//! for it to qualify (the standby being promoted). Sessions held outside a
+//! pool (`LISTEN`, the periodic leader's lock) watch the switch count.
 
+mod connector;
+mod hooks;
 mod hosts;
 mod watcher;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgConnection, PgPool};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 use tokio::sync::{Notify, watch};
 
 use crate::error::Result;
+pub(crate) use connector::{Connector, OwnPool};
+use hooks::qualifies;
 pub(crate) use hosts::{Attrs, HostList, parse};
 
 /// How often a [`Primary`] checks that the server it follows still qualifies.
@@ -70,6 +76,10 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// Switches so far; sessions held outside pools watch it.
     switches: watch::Sender<u64>,
+    /// Changes whenever the pools are pointed elsewhere (a switch, or
+    /// waiting on a standby while no server qualifies): connections parked
+    /// in `after_connect` look again.
+    retarget: watch::Sender<u64>,
     /// Wakes the watcher before its next check (a pool met a server that
     /// does not qualify).
     suspect: Arc<Notify>,
@@ -78,7 +88,11 @@ pub(crate) struct Shared {
 struct State {
     /// Index in `list.hosts` of the server followed.
     current: usize,
-    /// Pools pointed at it, with their registration ids.
+    /// Index of the server the pools connect to: `current`, or while no
+    /// server qualifies, the first that answered (a standby that may be
+    /// promoted; see `hooks`).
+    target: usize,
+    /// Registered pools, with their registration ids.
     pools: Vec<(u64, PgPool)>,
     next_id: u64,
 }
@@ -103,14 +117,18 @@ impl Primary {
             switched_at: AtomicU64::new(0),
             state: Mutex::new(State {
                 current: 0,
+                target: 0,
                 pools: Vec::new(),
                 next_id: 0,
             }),
             switches: watch::channel(0).0,
+            retarget: watch::channel(0).0,
             suspect: Arc::new(Notify::new()),
         });
         let (current, probe) = watcher::find_within(&shared, FIND_FOR).await?;
-        shared.lock().current = current;
+        let mut state = shared.lock();
+        (state.current, state.target) = (current, current);
+        drop(state);
         watcher::spawn(Arc::downgrade(&shared), probe);
         Ok(Primary { shared })
     }
@@ -138,9 +156,9 @@ impl Primary {
 
     /// Registers a pool of `options` pointed at the current server.
     fn register(&self, options: PgPoolOptions) -> (PgPool, u64) {
-        let options = hooked(options, Arc::downgrade(&self.shared));
+        let options = hooks::hooked(options, Arc::downgrade(&self.shared));
         let mut state = self.shared.lock();
-        let connect = self.shared.list.hosts[state.current].1.clone();
+        let connect = self.shared.list.hosts[state.target].1.clone();
         let pool = options.connect_lazy_with(connect);
         let id = state.next_id;
         state.next_id += 1;
@@ -154,10 +172,12 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Points every registered pool at host `index`.
+    /// Follows host `index` (it qualified), pointing every pool at it.
     fn switch_to(&self, index: usize) {
         let mut state = self.lock();
         if state.current == index {
+            // The same server again (it was slow, or restarted).
+            self.point_pools(&mut state, index);
             return;
         }
         let (from, to) = (&self.list.hosts[state.current].0, &self.list.hosts[index].0);
@@ -167,13 +187,38 @@ impl Shared {
         // are closed when next taken from their pool.
         let micros = u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.switched_at.store(micros.max(1), Ordering::SeqCst);
+        self.point_pools(&mut state, index);
+        // Under the lock: whoever reads the server and the count together
+        // (`Connector::connect`) sees both old or both new.
+        self.switches.send_modify(|n| *n += 1);
+    }
+
+    /// While no server qualifies: new connections go to host `index`, which
+    /// answered, and wait there (up to their acquire timeout) in case it is
+    /// the standby being promoted. Without this they would retry the dead
+    /// server with sqlx's growing backoff (up to a fifth of the acquire
+    /// timeout), and work would resume seconds after the promotion.
+    fn wait_on(&self, index: usize) {
+        let mut state = self.lock();
+        if state.target != index {
+            tracing::info!(
+                host = %self.list.hosts[index].0,
+                "conveyor: no server qualifies yet; new connections wait on one that answers"
+            );
+            self.point_pools(&mut state, index);
+        }
+    }
+
+    fn point_pools(&self, state: &mut State, index: usize) {
+        if state.target == index {
+            return;
+        }
+        state.target = index;
         let options = &self.list.hosts[index].1;
         for (_, pool) in &state.pools {
             pool.set_connect_options(options.clone());
         }
-        // Under the lock: whoever reads the server and the count together
-        // (`Connector::connect`) sees both old or both new.
-        self.switches.send_modify(|n| *n += 1);
+        self.retarget.send_modify(|n| *n += 1);
     }
 
     /// Whether a connection `age` old was opened before the latest switch.
@@ -181,144 +226,5 @@ impl Shared {
         let switched = self.switched_at.load(Ordering::SeqCst);
         let opened = self.base.elapsed().saturating_sub(age);
         switched != 0 && opened < Duration::from_micros(switched)
-    }
-}
-
-/// Whether the server on `conn` qualifies as `attrs` asks.
-pub(crate) async fn qualifies(conn: &mut PgConnection, attrs: Attrs) -> sqlx::Result<bool> {
-    if attrs == Attrs::Any {
-        return Ok(true);
-    }
-    let (in_recovery, read_only): (bool, bool) = sqlx::query_as(
-        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
-    )
-    .persistent(false)
-    .fetch_one(conn)
-    .await?;
-    Ok(attrs.accepts(in_recovery, read_only))
-}
-
-/// `options` with the checks of a following pool.
-fn hooked(options: PgPoolOptions, shared: Weak<Shared>) -> PgPoolOptions {
-    let on_connect = shared.clone();
-    options
-        .after_connect(move |conn, _| {
-            let shared = on_connect.upgrade();
-            Box::pin(async move {
-                let Some(shared) = shared else { return Ok(()) };
-                if qualifies(conn, shared.list.attrs).await? {
-                    return Ok(());
-                }
-                shared.suspect.notify_one();
-                Err(sqlx::Error::Configuration(
-                    format!(
-                        "the server does not qualify as target_session_attrs={}",
-                        shared.list.attrs.name()
-                    )
-                    .into(),
-                ))
-            })
-        })
-        .before_acquire(move |_, meta| {
-            let fresh = !shared
-                .upgrade()
-                .is_some_and(|shared| shared.predates_switch(meta.age));
-            Box::pin(async move { Ok(fresh) })
-        })
-}
-
-/// Removes its pool from the [`Primary`]'s list when dropped.
-pub(crate) struct Registration {
-    shared: Weak<Shared>,
-    id: u64,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.lock().pools.retain(|(id, _)| *id != self.id);
-        }
-    }
-}
-
-/// A pool of a component's own, and what keeps it following the primary.
-#[derive(Clone)]
-pub(crate) struct OwnPool {
-    pub(crate) pool: PgPool,
-    _registration: Option<Arc<Registration>>,
-}
-
-/// Where a component opens connections of its own: the client pool's
-/// connect options, or the [`Primary`] the client follows.
-#[derive(Clone)]
-pub(crate) struct Connector {
-    pool: PgPool,
-    primary: Option<Primary>,
-}
-
-impl Connector {
-    pub(crate) fn new(pool: PgPool, primary: Option<Primary>) -> Connector {
-        Connector { pool, primary }
-    }
-
-    /// A pool of `options`, following the primary if there is one; it stops
-    /// following when the last clone of the returned value is dropped.
-    pub(crate) fn pool(&self, options: PgPoolOptions) -> OwnPool {
-        match &self.primary {
-            Some(primary) => {
-                let (pool, id) = primary.register(options);
-                let registration = Registration {
-                    shared: Arc::downgrade(&primary.shared),
-                    id,
-                };
-                OwnPool {
-                    pool,
-                    _registration: Some(Arc::new(registration)),
-                }
-            }
-            None => OwnPool {
-                pool: options.connect_lazy_with((*self.pool.connect_options()).clone()),
-                _registration: None,
-            },
-        }
-    }
-
-    /// One connection outside any pool, to the server followed (checked),
-    /// and the switch count it belongs to (see [`Connector::switches`]).
-    pub(crate) async fn connect(&self) -> sqlx::Result<(PgConnection, u64)> {
-        let Some(primary) = &self.primary else {
-            return Ok((self.pool.connect_options().connect().await?, 0));
-        };
-        let (options, switches): (PgConnectOptions, u64) = {
-            let state = primary.shared.lock();
-            let options = primary.shared.list.hosts[state.current].1.clone();
-            (options, *primary.shared.switches.borrow())
-        };
-        let mut conn = options.connect().await?;
-        if !qualifies(&mut conn, primary.shared.list.attrs).await? {
-            primary.shared.suspect.notify_one();
-            return Err(sqlx::Error::Configuration(
-                "the followed server no longer qualifies".into(),
-            ));
-        }
-        Ok((conn, switches))
-    }
-
-    /// Switches of the followed server so far (0 without a primary).
-    pub(crate) fn switches(&self) -> u64 {
-        self.primary.as_ref().map_or(0, Primary::switches)
-    }
-
-    /// Resolves at the next switch; never without a primary.
-    pub(crate) fn switched(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let receiver = self.primary.as_ref().map(|p| p.shared.switches.subscribe());
-        async move {
-            if let Some(mut receiver) = receiver
-                && receiver.changed().await.is_ok()
-            {
-                return;
-            }
-            std::future::pending().await
-        }
     }
 }

@@ -73,8 +73,11 @@ async fn watch(shared: Weak<Shared>, mut probe: Option<PgConnection>) {
                     backoff.reset();
                     CHECK_EVERY
                 }
-                Err(error) => {
-                    tracing::debug!(%error, "conveyor: no server of the host list qualifies yet");
+                Err(NoneQualifies { why, answered }) => {
+                    tracing::debug!(%why, "conveyor: no server of the host list qualifies yet");
+                    if let Some(index) = answered {
+                        s.wait_on(index);
+                    }
                     lost_since.get_or_insert_with(Instant::now);
                     backoff.next_backoff().unwrap_or(Duration::from_millis(500))
                 }
@@ -89,16 +92,26 @@ async fn watch(shared: Weak<Shared>, mut probe: Option<PgConnection>) {
     }
 }
 
+/// Why no host qualified, and the first that answered (a standby, say).
+struct NoneQualifies {
+    why: String,
+    answered: Option<usize>,
+}
+
 /// The first host, in the list's order, that accepts a connection and
-/// qualifies, with that connection; or why none did.
-async fn find(s: &Shared) -> std::result::Result<(usize, PgConnection), String> {
+/// qualifies, with that connection.
+async fn find(s: &Shared) -> std::result::Result<(usize, PgConnection), NoneQualifies> {
     let mut why = Vec::new();
+    let mut answered = None;
     for (index, (label, options)) in s.list.hosts.iter().enumerate() {
         let failure = match timeout(s.host_timeout, options.connect()).await {
             Ok(Ok(mut conn)) => {
                 match timeout(s.host_timeout, qualifies(&mut conn, s.list.attrs)).await {
                     Ok(Ok(true)) => return Ok((index, conn)),
-                    Ok(Ok(false)) => format!("not {}", s.list.attrs.name()),
+                    Ok(Ok(false)) => {
+                        answered.get_or_insert(index);
+                        format!("not {}", s.list.attrs.name())
+                    }
                     Ok(Err(error)) => error.to_string(),
                     Err(_) => format!("no answer within {:?}", s.host_timeout),
                 }
@@ -108,7 +121,10 @@ async fn find(s: &Shared) -> std::result::Result<(usize, PgConnection), String> 
         };
         why.push(format!("{label}: {failure}"));
     }
-    Err(why.join("; "))
+    Err(NoneQualifies {
+        why: why.join("; "),
+        answered,
+    })
 }
 
 /// Looks for a qualifying server for up to `within`.
@@ -118,7 +134,7 @@ pub(super) async fn find_within(s: &Shared, within: Duration) -> Result<(usize, 
     loop {
         let why = match find(s).await {
             Ok(found) => return Ok(found),
-            Err(why) => why,
+            Err(none) => none.why,
         };
         let wait = backoff.next_backoff().unwrap_or(Duration::from_millis(500));
         if Instant::now() + wait > deadline {
