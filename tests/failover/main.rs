@@ -194,6 +194,15 @@ async fn a_primary_killed_mid_run_loses_nothing() {
     let recorded = outcomes(&pool).await;
     let old = formation.primary(&mut monitor).await.expect("a primary");
     let new = 1 - old;
+    // Kill while handlers run (they last 5-45 ms: look often).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while book.running() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no 3 handlers running at once within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let running_at_kill = book.running();
     let acknowledged_at_kill = book.acknowledged().len();
     let killed_wall: DateTime<Utc> = Utc::now();
