@@ -136,9 +136,11 @@ impl Primary {
     /// A pool (connecting lazily) that follows this primary: each new
     /// connection goes to the server followed and is checked against
     /// `target_session_attrs`; connections opened before a switch are
-    /// closed when next taken. Sets `options`' `after_connect` and
-    /// `before_acquire` (do not set your own). The pool stays registered
-    /// while this `Primary` lives.
+    /// closed when next taken; while no server qualifies, a new connection
+    /// waits (up to the acquire timeout) on a server that answers, in case
+    /// it is the standby being promoted. Sets `options`' `after_connect` and
+    /// `before_acquire` (do not set your own). The pool is kept (and
+    /// followed) while this `Primary` lives, or until it is closed.
     pub fn pool(&self, options: PgPoolOptions) -> PgPool {
         self.register(options).0
     }
@@ -158,6 +160,8 @@ impl Primary {
     fn register(&self, options: PgPoolOptions) -> (PgPool, u64) {
         let options = hooks::hooked(options, Arc::downgrade(&self.shared));
         let mut state = self.shared.lock();
+        // A pool its owner closed has nothing left to follow.
+        state.pools.retain(|(_, pool)| !pool.is_closed());
         let connect = self.shared.list.hosts[state.target].1.clone();
         let pool = options.connect_lazy_with(connect);
         let id = state.next_id;
