@@ -82,6 +82,12 @@ impl ClientBuilder {
         self
     }
 
+    /// [`ClientBuilder::primary`], if any.
+    pub(crate) fn follow(mut self, primary: Option<Primary>) -> Self {
+        self.primary = primary;
+        self
+    }
+
     /// Checks the settings and builds the client.
     pub fn build(self) -> Result<Client> {
         db::validate_schema(&self.schema)?;

@@ -90,21 +90,19 @@ impl WorkerBuilder {
     /// while it leads periodic schedules.
     pub fn start(mut self) -> Result<WorkerHandle> {
         self.check()?;
-        let connector = self.client.connector();
         let (pool, own_pool) = match self.bookkeeping_pool.take() {
             Some(pool) => (pool, None),
             None => {
-                let own = bookkeeping_pool(&connector);
+                let own = bookkeeping_pool(&self.client.connector());
                 (own.pool.clone(), Some(own))
             }
         };
         // The worker's statements go through a client of its own, on its own
         // pool, following the same primary as the user's client.
-        let mut builder = Client::builder(pool.clone()).schema(self.client.schema());
-        if let Some(primary) = self.client.primary() {
-            builder = builder.primary(primary.clone());
-        }
-        let client = builder.build()?;
+        let client = Client::builder(pool.clone())
+            .schema(self.client.schema())
+            .follow(self.client.primary().cloned())
+            .build()?;
         let worker_id: Arc<str> = self
             .worker_id
             .take()
