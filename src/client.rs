@@ -8,6 +8,7 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::db::{self, Queries};
 use crate::error::{Error, Result};
+use crate::failover::{Connector, Primary};
 use crate::job::{Job, JobId};
 use crate::notify::WaiterHub;
 
@@ -44,6 +45,8 @@ pub(crate) struct ClientInner {
     pub(crate) group_commit: crate::group_commit::GroupCommit,
     /// Autocommit inserts in flight on this client (see `insert_autocommit`).
     pub(crate) inserting: std::sync::atomic::AtomicUsize,
+    /// The primary the pool follows, if the URL listed hosts.
+    pub(crate) primary: Option<Primary>,
 }
 
 impl std::fmt::Debug for Client {
@@ -59,6 +62,7 @@ impl std::fmt::Debug for Client {
 pub struct ClientBuilder {
     pool: PgPool,
     schema: String,
+    primary: Option<Primary>,
 }
 
 impl ClientBuilder {
@@ -69,18 +73,35 @@ impl ClientBuilder {
         self
     }
 
+    /// The [`Primary`] the pool follows (a pool from [`Primary::pool`]):
+    /// the connections Conveyor opens on its own (a worker's pool, `LISTEN`,
+    /// the periodic leader's) then follow it too. [`Client::connect`] sets
+    /// it for a URL with a host list or `target_session_attrs`.
+    pub fn primary(mut self, primary: Primary) -> Self {
+        self.primary = Some(primary);
+        self
+    }
+
+    /// [`ClientBuilder::primary`], if any.
+    pub(crate) fn follow(mut self, primary: Option<Primary>) -> Self {
+        self.primary = primary;
+        self
+    }
+
     /// Checks the settings and builds the client.
     pub fn build(self) -> Result<Client> {
         db::validate_schema(&self.schema)?;
         let queries = Queries::for_schema(&self.schema);
+        let connector = Connector::new(self.pool.clone(), self.primary.clone());
         Ok(Client {
             inner: Arc::new(ClientInner {
-                waiters: WaiterHub::new(self.pool.clone(), queries),
+                waiters: WaiterHub::new(connector, queries),
                 notifier: crate::notify::Notifier::new(self.pool.clone(), queries),
                 group_commit: crate::group_commit::GroupCommit::new(self.pool.clone(), queries),
                 inserting: std::sync::atomic::AtomicUsize::new(0),
                 pool: self.pool,
                 queries,
+                primary: self.primary,
             }),
         })
     }
@@ -109,9 +130,18 @@ impl Client {
     /// Connects to `url` with [`pool_options`] and builds a client on the
     /// default schema. It does not migrate: call [`crate::migrate`] on
     /// [`Client::pool`] first if the schema may be missing or old.
+    ///
+    /// A libpq-style host list (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`,
+    /// as `pg_autoctl show uri` prints it) makes the client follow the
+    /// server that qualifies across failovers (see [`Primary`]).
     pub async fn connect(url: &str) -> Result<Client> {
-        let pool = pool_options().connect(url).await?;
-        Ok(Client::new(pool))
+        let list = crate::failover::parse(url)?;
+        if !list.needs_following() {
+            return Ok(Client::new(pool_options().connect(url).await?));
+        }
+        let primary = Primary::with_hosts(list).await?;
+        let pool = primary.pool(pool_options());
+        Client::builder(pool).primary(primary).build()
     }
 
     /// A client on `pool`, using the default schema `conveyor`. See
@@ -127,12 +157,23 @@ impl Client {
         ClientBuilder {
             pool,
             schema: db::DEFAULT_SCHEMA.to_string(),
+            primary: None,
         }
     }
 
     /// The pool this client uses.
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
+    }
+
+    /// The primary this client follows, if it was given a host list.
+    pub fn primary(&self) -> Option<&Primary> {
+        self.inner.primary.as_ref()
+    }
+
+    /// Where Conveyor opens connections of its own for this client.
+    pub(crate) fn connector(&self) -> Connector {
+        Connector::new(self.inner.pool.clone(), self.inner.primary.clone())
     }
 
     /// The schema this client uses.

@@ -61,7 +61,9 @@ where
                     });
                 }
                 Err(error) if error.is_transient() => {
-                    sent = true;
+                    // A read-only server refused the first statement: that
+                    // try wrote nothing (an earlier one may have).
+                    sent |= !error.is_read_only();
                     error
                 }
                 Err(error) => return Err(error),

@@ -121,8 +121,11 @@ impl Error {
                 let code = code.as_deref().unwrap_or("");
                 // 08: connection exception; 57P: operator intervention;
                 // 40001 / 40P01: serialization failure, deadlock; 53:
-                // insufficient resources; 58: system error; XX: internal.
-                ["08", "57P", "40001", "40P01", "53", "58", "XX"]
+                // insufficient resources; 58: system error; XX: internal;
+                // 25006: read-only transaction (a demoted primary, or a
+                // standby before promotion: the next connection goes to the
+                // new primary, see `crate::Primary`).
+                ["08", "57P", "40001", "40P01", "53", "58", "XX", "25006"]
                     .iter()
                     .any(|class| code.starts_with(class))
             }
@@ -136,6 +139,12 @@ impl Error {
             ) => true,
             _ => false,
         }
+    }
+
+    /// Whether PostgreSQL refused to write because the server is read-only
+    /// (a standby, or a demoted primary): nothing of that try was written.
+    pub(crate) fn is_read_only(&self) -> bool {
+        matches!(self, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25006"))
     }
 
     /// Whether PostgreSQL refused the statement for a reason a retry would

@@ -18,6 +18,7 @@ use crate::db;
 #[cfg(feature = "cron")]
 use crate::error::Error;
 use crate::error::Result;
+use crate::failover::Connector;
 use crate::job::job_id_from_key;
 use crate::supervise::Checkpoint;
 use crate::task::NewJob;
@@ -191,10 +192,10 @@ const LEADER_CHECK: Duration = Duration::from_secs(2);
 pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>, checkpoint: Checkpoint) {
     loop {
         checkpoint();
-        let options = (*client.pool().connect_options()).clone();
-        let conn = PgConnection::connect_with(&options).await;
-        let mut conn = match conn {
-            Ok(conn) => conn,
+        // Its own session (the lock lives as long as it), to the followed primary.
+        let connector = client.connector();
+        let (mut conn, switches) = match connector.connect().await {
+            Ok(connected) => connected,
             Err(error) => {
                 tracing::debug!(%error, "conveyor: periodic scheduler cannot connect");
                 tokio::time::sleep(LEADER_CHECK).await;
@@ -204,7 +205,12 @@ pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>, checkpoin
         match db::try_lead_periodic(&mut conn, client.inner.queries).await {
             Ok(true) => {
                 tracing::info!("conveyor: leading the periodic scheduler");
-                if let Err(error) = lead(&client, &mut conn, &schedules).await {
+                let session = Session {
+                    conn: &mut conn,
+                    connector: &connector,
+                    switches,
+                };
+                if let Err(error) = lead(&client, session, &schedules).await {
                     tracing::warn!(%error, "conveyor: periodic scheduler stepped down");
                 }
             }
@@ -219,8 +225,17 @@ pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>, checkpoin
     }
 }
 
-/// Enqueues slots as they come, until the leadership connection fails.
-async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) -> Result<()> {
+/// The leader's session, and the primary it was opened on.
+struct Session<'a> {
+    conn: &'a mut PgConnection,
+    connector: &'a Connector,
+    /// The connector's switch count when the session was opened.
+    switches: u64,
+}
+
+/// Enqueues slots as they come, until the leadership connection fails or
+/// the primary changes.
+async fn lead(client: &Client, mut session: Session<'_>, schedules: &[Periodic]) -> Result<()> {
     let inner = &client.inner;
     let names: Vec<String> = schedules.iter().map(|p| p.name.clone()).collect();
     let last = db::periodic_last_slots(&inner.pool, inner.queries, &names).await?;
@@ -234,7 +249,7 @@ async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) 
         }
         next.push(periodic.next_after(now));
     }
-    announce(conn, client, schedules, &next).await;
+    announce(session.conn, client, schedules, &next).await;
     let mut pinged = tokio::time::Instant::now();
     loop {
         let Some((index, slot)) = next
@@ -248,14 +263,14 @@ async fn lead(client: &Client, conn: &mut PgConnection, schedules: &[Periodic]) 
         let wait = (slot - Utc::now()).to_std().unwrap_or_default();
         if wait > LEADER_CHECK {
             tokio::time::sleep(LEADER_CHECK).await;
-            still_leading(conn, &mut pinged).await?;
+            still_leading(&mut session, &mut pinged).await?;
             continue;
         }
         tokio::time::sleep(wait).await;
         // Frequent slots too: the session must not sit idle (the server
         // ends it after 8 s) and a lost one must stop us enqueueing.
         if pinged.elapsed() >= LEADER_CHECK {
-            still_leading(conn, &mut pinged).await?;
+            still_leading(&mut session, &mut pinged).await?;
         }
         next[index] = schedules[index].next_after(slot);
         enqueue(client, &schedules[index], slot, next[index]).await?;
@@ -300,8 +315,10 @@ async fn announce(
     }
 }
 
-/// This host's name, as the worker registry records it (`conveyor.workers.host`).
-fn host_name() -> String {
+/// This machine's host name (`HOSTNAME`, else the kernel's, else
+/// `localhost`), as the periodic leader's record and the worker registry
+/// (`conveyor.workers.host`) give it.
+pub(crate) fn host_name() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
@@ -311,10 +328,17 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// Checks the leadership connection answers within [`LEADER_CHECK`]; an
-/// error (or silence: a network cut) ends the leadership.
-async fn still_leading(conn: &mut PgConnection, pinged: &mut tokio::time::Instant) -> Result<()> {
-    match tokio::time::timeout(LEADER_CHECK, db::ping(conn)).await {
+/// Checks the leadership connection answers within [`LEADER_CHECK`] and
+/// the primary has not changed; an error (or silence: a network cut), or a
+/// new primary (the old one, demoted, may keep the session and its lock),
+/// ends the leadership.
+async fn still_leading(session: &mut Session<'_>, pinged: &mut tokio::time::Instant) -> Result<()> {
+    if session.connector.switches() != session.switches {
+        return Err(crate::Error::Config(
+            "the primary changed: electing a leader on the new one".into(),
+        ));
+    }
+    match tokio::time::timeout(LEADER_CHECK, db::ping(session.conn)).await {
         Ok(answer) => answer?,
         Err(_) => {
             let silent = std::io::Error::new(

@@ -1,6 +1,7 @@
 //! LISTEN on a dedicated session connection (LISTEN needs a session; a
 //! pooled connection could be handed to someone else), rebuilt with
-//! exponential backoff when the database goes away.
+//! exponential backoff when the database goes away, and at once when the
+//! client follows a new primary.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::failover::{Connector, OwnPool};
 use crate::supervise::reconnect_backoff;
 
 /// What a listener reports.
@@ -22,15 +24,17 @@ pub(crate) enum ListenEvent<'a> {
     Gap,
 }
 
-/// A pool of one connection with the same settings as `pool`, kept for LISTEN.
-fn dedicated_pool(pool: &PgPool) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(1)
-        .min_connections(0)
-        .acquire_timeout(Duration::from_secs(10))
-        .idle_timeout(None)
-        .max_lifetime(None)
-        .connect_lazy_with((*pool.connect_options()).clone())
+/// A pool of one connection with the client's connect options (or
+/// following its primary), kept for LISTEN.
+fn dedicated_pool(connector: &Connector) -> OwnPool {
+    connector.pool(
+        PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(10))
+            .idle_timeout(None)
+            .max_lifetime(None),
+    )
 }
 
 async fn connect(pool: &PgPool, channels: &[&str]) -> Result<PgListener, sqlx::Error> {
@@ -46,7 +50,7 @@ async fn connect(pool: &PgPool, channels: &[&str]) -> Result<PgListener, sqlx::E
 /// panics, the listener is restarted (`on_panic` hears of it) with a fresh
 /// clone of `on_event`, and reports a gap.
 pub(crate) fn spawn_listener<E>(
-    pool: &PgPool,
+    connector: &Connector,
     channels: Vec<&'static str>,
     on_event: E,
     on_panic: impl FnMut(&str) + Send + 'static,
@@ -54,7 +58,8 @@ pub(crate) fn spawn_listener<E>(
 where
     E: FnMut(ListenEvent<'_>) + Clone + Send + 'static,
 {
-    let pool = dedicated_pool(pool);
+    let pool = dedicated_pool(connector);
+    let connector = connector.clone();
     let (ready_tx, ready_rx) = watch::channel(false);
     let ready_tx = Arc::new(ready_tx);
     let task = tokio::spawn(crate::supervise::supervise(
@@ -62,6 +67,7 @@ where
         move || {
             listen(
                 pool.clone(),
+                connector.clone(),
                 channels.clone(),
                 on_event.clone(),
                 ready_tx.clone(),
@@ -73,14 +79,17 @@ where
 }
 
 async fn listen(
-    pool: PgPool,
+    pool: OwnPool,
+    connector: Connector,
     channels: Vec<&'static str>,
     mut on_event: impl FnMut(ListenEvent<'_>),
     ready: Arc<watch::Sender<bool>>,
 ) {
     let mut backoff = reconnect_backoff();
     loop {
-        let mut listener = match connect(&pool, &channels).await {
+        // Subscribed before connecting: a switch during the connect counts.
+        let mut switched = std::pin::pin!(connector.switched());
+        let mut listener = match connect(&pool.pool, &channels).await {
             Ok(listener) => listener,
             Err(error) => {
                 let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
@@ -91,8 +100,12 @@ async fn listen(
         };
         ready.send_replace(true);
         on_event(ListenEvent::Gap);
-        loop {
-            match listener.try_recv().await {
+        let moved = loop {
+            let received = tokio::select! {
+                received = listener.try_recv() => received,
+                () = &mut switched => break true,
+            };
+            match received {
                 Ok(Some(notification)) => {
                     backoff.reset();
                     on_event(ListenEvent::Notification {
@@ -104,11 +117,16 @@ async fn listen(
                 Ok(None) => on_event(ListenEvent::Gap),
                 Err(error) => {
                     tracing::warn!(%error, "conveyor: LISTEN connection lost");
-                    break;
+                    break false;
                 }
             }
-        }
+        };
         drop(listener);
+        if moved {
+            // The old server may still be up (demoted): listen on the new one now.
+            tracing::info!("conveyor: the primary changed; listening on the new one");
+            continue;
+        }
         tokio::time::sleep(backoff.next_backoff().unwrap_or(Duration::from_secs(5))).await;
     }
 }

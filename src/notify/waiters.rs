@@ -4,17 +4,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::listen::{ListenEvent, spawn_listener};
 use crate::db::Queries;
+use crate::failover::Connector;
 use crate::job::JobId;
 
 /// Wakes waiters on job ids when `job_finished` notifications name them.
 pub(crate) struct WaiterHub {
-    pool: PgPool,
+    connector: Connector,
     queries: &'static Queries,
     state: Arc<Mutex<HubState>>,
 }
@@ -53,9 +53,9 @@ impl Drop for Subscription {
 }
 
 impl WaiterHub {
-    pub(crate) fn new(pool: PgPool, queries: &'static Queries) -> Self {
+    pub(crate) fn new(connector: Connector, queries: &'static Queries) -> Self {
         WaiterHub {
-            pool,
+            connector,
             queries,
             state: Arc::default(),
         }
@@ -73,7 +73,7 @@ impl WaiterHub {
             if state.listener.is_none() {
                 let hub = Arc::downgrade(&self.state);
                 let listener = spawn_listener(
-                    &self.pool,
+                    &self.connector,
                     vec![self.queries.job_finished_channel],
                     move |event| {
                         let Some(hub) = hub.upgrade() else { return };

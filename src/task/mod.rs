@@ -87,6 +87,7 @@ pub struct TaskContext {
     pub(crate) max_retries: u32,
     pub(crate) headers: Value,
     pub(crate) worker_id: String,
+    pub(crate) lease_token: i64,
     pub(crate) cancel: tokio_util::sync::CancellationToken,
     pub(crate) lease_lost: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -127,6 +128,13 @@ impl TaskContext {
     /// The id of the worker running the job.
     pub fn worker_id(&self) -> &str {
         &self.worker_id
+    }
+    /// The fencing token of this attempt's claim (`conveyor.jobs.lease_token`):
+    /// a later claim of the job always has a greater one, also after a
+    /// failover. Pass it to systems you write to, so they can refuse a write
+    /// from an attempt older than one they have seen.
+    pub fn lease_token(&self) -> i64 {
+        self.lease_token
     }
     /// Whether the handler should stop: cancellation of this job was asked
     /// for (see [`crate::Client::cancel`]) or its lease was lost.

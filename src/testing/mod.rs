@@ -91,6 +91,7 @@ pub fn context(task: &str) -> TaskContext {
         max_retries: crate::task::DEFAULT_MAX_RETRIES,
         headers: Value::Object(Default::default()),
         worker_id: "inline".to_string(),
+        lease_token: 0,
         cancel: tokio_util::sync::CancellationToken::new(),
         lease_lost: Default::default(),
     }

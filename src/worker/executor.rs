@@ -57,6 +57,7 @@ pub(crate) async fn execute(
         max_retries: u32::try_from(job.max_retries).unwrap_or(0),
         headers: job.headers.clone(),
         worker_id: limits.worker_id.to_string(),
+        lease_token: lease.token,
         cancel: lease.cancel.clone(),
         lease_lost: lease.lost.clone(),
     };

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::{Notify, watch};
 
 use crate::client::Client;
 use crate::db;
 use crate::error::{Error, Result};
+use crate::failover::{Connector, OwnPool};
 use crate::notify::{ListenEvent, spawn_listener};
 use crate::supervise::{AbortOnDrop, Checkpoint, supervise};
 use crate::worker::ahead::Pace;
@@ -91,12 +91,17 @@ impl WorkerBuilder {
     pub fn start(mut self) -> Result<WorkerHandle> {
         self.check()?;
         let (pool, own_pool) = match self.bookkeeping_pool.take() {
-            Some(pool) => (pool, false),
-            None => (bookkeeping_pool(self.client.pool()), true),
+            Some(pool) => (pool, None),
+            None => {
+                let own = bookkeeping_pool(&self.client.connector());
+                (own.pool.clone(), Some(own))
+            }
         };
-        // The worker's statements go through a client of its own, on its own pool.
+        // The worker's statements go through a client of its own, on its own
+        // pool, following the same primary as the user's client.
         let client = Client::builder(pool.clone())
             .schema(self.client.schema())
+            .follow(self.client.primary().cloned())
             .build()?;
         let worker_id: Arc<str> = self
             .worker_id
@@ -160,7 +165,7 @@ impl WorkerBuilder {
                 }
             };
             spawn_listener(
-                client.pool(),
+                &client.connector(),
                 channels,
                 on_event,
                 restarted(WorkerTask::Listener),
@@ -331,8 +336,8 @@ impl WorkerBuilder {
             if let Err(error) = db::deregister_worker(&inner.pool, inner.queries, &id).await {
                 tracing::warn!(%error, "conveyor: cannot leave the worker registry; maintenance will mark this worker dead");
             }
-            if own_pool {
-                pool.close().await;
+            if let Some(own) = own_pool {
+                own.pool.close().await;
             }
             main_health.stopped();
             report
@@ -348,16 +353,18 @@ impl WorkerBuilder {
     }
 }
 
-/// The worker's own pool, with the client pool's connect options. No test
-/// before each acquire: a broken connection fails its statement, which the
-/// caller retries, instead of costing every statement a round trip.
-fn bookkeeping_pool(client_pool: &PgPool) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(BOOKKEEPING_CONNECTIONS)
-        .min_connections(0)
-        .test_before_acquire(false)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect_lazy_with((*client_pool.connect_options()).clone())
+/// The worker's own pool, with the client pool's connect options (or
+/// following its primary). No test before each acquire: a broken connection
+/// fails its statement, which the caller retries, instead of costing every
+/// statement a round trip.
+fn bookkeeping_pool(connector: &Connector) -> OwnPool {
+    connector.pool(
+        PgPoolOptions::new()
+            .max_connections(BOOKKEEPING_CONNECTIONS)
+            .min_connections(0)
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(30)),
+    )
 }
 
 /// Gives the jobs still running at the end of the grace period back.

@@ -32,7 +32,7 @@ use sqlx::PgPool;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::maintenance::periodic::Periodic;
+use crate::maintenance::periodic::{Periodic, host_name};
 use crate::maintenance::pruner::Retention;
 use crate::task::{Task, TaskContext, TaskError};
 pub use config::ENV_VARS;
@@ -319,17 +319,6 @@ impl WorkerBuilder {
     {
         self.register_fn(name, move |ctx, args| handler(state.clone(), ctx, args))
     }
-}
-
-/// This machine's host name (`HOSTNAME`, else the kernel's, else `localhost`).
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
 }
 
 fn default_worker_id() -> String {
