@@ -12,6 +12,7 @@
 //! Scenario H (the soak) runs only when named with `--only H` or `--soak`,
 //! as it takes 30 minutes.
 
+mod baseline;
 mod plot;
 mod scenarios;
 mod snapshot;
@@ -160,7 +161,7 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
         "A" => scenarios::enqueue_single(db, cfg).await,
         "B" => scenarios::enqueue_bulk(db, cfg).await,
         "C" => scenarios::process(db, cfg).await,
-        "F" => scenarios::raw_ceiling(db, cfg).await,
+        "F" => baseline::old_design(db, cfg).await,
         "D" => scenarios::wake_latency(db, cfg).await,
         "E" => scenarios::mixed(db, cfg).await,
         "idle" => scenarios::idle(db, cfg).await,

@@ -374,68 +374,6 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     Ok(lines)
 }
 
-/// F: the raw-SQL ceiling: the same row writes per job as Conveyor (insert,
-/// claim update, outcome update) on the same table and indexes, batched as
-/// the worker batches them (a worker with concurrency 500 claims up to 500
-/// at a time), from one connection, no Rust logic in between.
-pub async fn raw_ceiling(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
-    const CLAIM: &str = "WITH picked AS (
-            SELECT id FROM conveyor.jobs
-            WHERE state = 'pending' AND queue = $1 AND run_at <= now()
-            ORDER BY priority DESC, run_at, id
-            LIMIT $2 FOR UPDATE SKIP LOCKED)
-        UPDATE conveyor.jobs j
-        SET state = 'started', attempt = least(j.attempt, 2147483646) + 1,
-            lease_token = (SELECT nextval('conveyor.lease_tokens')), started_at = now(),
-            lease_expires_at = now() + interval '60 seconds', worker_id = 'raw'
-        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-        RETURNING j.id, j.lease_token";
-    const COMPLETE: &str = "UPDATE conveyor.jobs j
-        SET state = 'success', result = 'null'::jsonb, finished_at = now(),
-            lease_expires_at = NULL, worker_id = NULL
-        FROM unnest($1::uuid[], $2::bigint[]) AS o(id, lease_token)
-        WHERE j.id = ANY($1) AND j.id = o.id AND j.lease_token = o.lease_token
-          AND j.state = 'started'";
-    let mut lines = Vec::new();
-    for batch in cfg.raw_batches.clone() {
-        let mut runs = Vec::new();
-        for _ in 0..cfg.runs {
-            db.preload(cfg.jobs, 5_000).await?;
-            let mut conn = db.pool.acquire().await?;
-            let start = Instant::now();
-            let mut done = 0usize;
-            loop {
-                let rows: Vec<(uuid::Uuid, i64)> = sqlx::query_as(CLAIM)
-                    .bind(QUEUE)
-                    .bind(batch as i64)
-                    .fetch_all(&mut *conn)
-                    .await?;
-                if rows.is_empty() {
-                    break;
-                }
-                let (ids, tokens): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
-                done += ids.len();
-                // Planned per call, as Conveyor plans its outcome batches.
-                sqlx::query(COMPLETE)
-                    .persistent(false)
-                    .bind(ids)
-                    .bind(tokens)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            runs.push(done as f64 / secs(start));
-            drop(conn);
-            db.clear_queue().await?;
-        }
-        let variant = format!(
-            "raw SQL claim {batch} + complete {batch}, {} jobs, 1 connection",
-            cfg.jobs
-        );
-        lines.push(Line::new("F", variant, "jobs/s", runs).with(json!({"batch": batch})));
-    }
-    Ok(lines)
-}
-
 /// D: commit → handler start, idle worker, one job per transaction at ~50/s.
 pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut p50s = Vec::new();
