@@ -13,6 +13,7 @@
 //! as it takes 30 minutes.
 
 mod baseline;
+mod history;
 mod plot;
 mod scenarios;
 mod snapshot;
@@ -165,7 +166,7 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
         "D" => scenarios::wake_latency(db, cfg).await,
         "E" => scenarios::mixed(db, cfg).await,
         "idle" => scenarios::idle(db, cfg).await,
-        "G" => scenarios::scale(db, cfg).await,
+        "G" => history::scale(db, cfg).await,
         "H" => scenarios::soak(db, cfg).await,
         "S" => snapshot::held_snapshot(db, cfg).await,
         other => Err(format!("unknown scenario {other}").into()),
