@@ -162,6 +162,7 @@ pub fn router(client: Client, config: DashboardConfig) -> Router {
         .route("/api/workflows", get(api::workflows))
         .route("/api/workflows/{id}", get(api::workflow))
         .route("/api/periodic", get(api::periodic))
+        .route("/api/stats", get(api::stats))
         .route("/api/queues/{queue}/{action}", post(api::queue_action))
         .fallback(api::not_found)
         .route_layer(axum::middleware::from_fn_with_state(
