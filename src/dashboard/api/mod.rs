@@ -83,8 +83,8 @@ impl From<Error> for ApiError {
             return ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!(
-                    "stopped after {} s: this search reads every candidate row; narrow it \
-                     (a queue, a task, a shorter time window)",
+                    "stopped after {} s: this reads every candidate row (a search) or \
+                     rollup (a chart); narrow it (a queue, a task, a shorter time window)",
                     sql::STATEMENT_TIMEOUT_SECS
                 ),
             );
