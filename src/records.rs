@@ -267,7 +267,8 @@ impl Histogram {
 
     /// How many durations it counts.
     pub fn total(&self) -> i64 {
-        self.counts.iter().sum()
+        // Saturating: a row written by hand may hold any bigint.
+        self.counts.iter().fold(0, |a, n| a.saturating_add(*n))
     }
 
     /// An estimate of the `q` quantile (0 to 1) in ms: the upper bound of
@@ -281,7 +282,7 @@ impl Histogram {
         let rank = (q.clamp(0.0, 1.0) * total as f64).ceil().max(1.0) as i64;
         let mut seen = 0;
         for (i, n) in self.counts.iter().enumerate() {
-            seen += n;
+            seen = n.saturating_add(seen);
             if seen >= rank {
                 let upper = Self::BOUNDS_MS.get(i).copied();
                 return upper.or(Self::BOUNDS_MS.last().copied());

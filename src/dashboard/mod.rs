@@ -1,6 +1,7 @@
-//! The web dashboard: queues with live counts and throughput, workers, job
-//! lists per state with search (id prefix, args, error text) and keyset
-//! paging, job details (arguments, result, headers, every attempt's error,
+//! The web dashboard: queues with live counts, charts of throughput,
+//! failures, queue wait and run time over 1 h / 24 h / 7 d from the
+//! persisted rollups (`conveyor.stats`), workers, job lists per state with
+//! search (id prefix, args, error text) and keyset paging, job details (arguments, result, headers, every attempt's error,
 //! timeline, workflow progress), workflows with their graphs, periodic
 //! schedules and their leader, queue settings, and actions (retry, cancel,
 //! delete one job or everything a filter matches; pause, resume, limit a
@@ -162,6 +163,7 @@ pub fn router(client: Client, config: DashboardConfig) -> Router {
         .route("/api/workflows", get(api::workflows))
         .route("/api/workflows/{id}", get(api::workflow))
         .route("/api/periodic", get(api::periodic))
+        .route("/api/stats", get(api::stats))
         .route("/api/queues/{queue}/{action}", post(api::queue_action))
         .fallback(api::not_found)
         .route_layer(axum::middleware::from_fn_with_state(
@@ -195,20 +197,28 @@ pub async fn serve(
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const LOGIN_HTML: &str = include_str!("assets/login.html");
 
-/// The page's script (ES modules, `app.js` first) and style sheet, embedded.
+/// The page's script (ES modules, `app.js` first) and style sheet, and the
+/// chart library (`assets/vendor/`, see its README), embedded.
 const ASSETS: &[(&str, &str)] = &[
     ("app.css", include_str!("assets/app.css")),
     ("app.js", include_str!("assets/app.js")),
     ("bulk.js", include_str!("assets/bulk.js")),
+    ("charts.js", include_str!("assets/charts.js")),
     ("graph.js", include_str!("assets/graph.js")),
     ("job.js", include_str!("assets/job.js")),
     ("jobs.js", include_str!("assets/jobs.js")),
     ("lib.js", include_str!("assets/lib.js")),
     ("overview.js", include_str!("assets/overview.js")),
     ("periodic.js", include_str!("assets/periodic.js")),
+    ("plot.js", include_str!("assets/plot.js")),
     ("queues.js", include_str!("assets/queues.js")),
     ("workers.js", include_str!("assets/workers.js")),
     ("workflows.js", include_str!("assets/workflows.js")),
+    (
+        "uPlot.iife.min.js",
+        include_str!("assets/vendor/uPlot.iife.min.js"),
+    ),
+    ("uPlot.min.css", include_str!("assets/vendor/uPlot.min.css")),
 ];
 
 /// The page. Its URLs are relative to `<base>`: where the router is

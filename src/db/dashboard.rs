@@ -1,7 +1,7 @@
 //! The dashboard's statements: cheap overview numbers, keyset-paged job
-//! lists and searches, bulk-action counts, workflows and periodic schedules
-//! (see the comments in each `dashboard_*.sql` file for the indexes they
-//! rely on).
+//! lists and searches, bulk-action counts, workflows, periodic schedules
+//! and the charts' rollups (see the comments in each `dashboard_*.sql` file
+//! for the indexes they rely on).
 //!
 //! They run as one-off (unnamed) statements, planned with the actual
 //! parameter values each time: a cached generic plan cannot know which
@@ -13,6 +13,7 @@
 
 mod jobs;
 mod periodic;
+mod stats;
 mod workflows;
 
 use std::collections::HashMap;
@@ -29,6 +30,7 @@ pub(crate) use jobs::{
     workflow_jobs,
 };
 pub(crate) use periodic::{periodic_leader, periodic_schedules};
+pub(crate) use stats::{ChartQuery, ChartWindow, chart};
 pub(crate) use workflows::{GraphJob, WorkflowNode, graph_jobs, list_workflows, workflow_tree};
 
 /// `sql`, a statement written for the schema `conveyor`, in `q`'s schema:

@@ -92,6 +92,32 @@ pub(crate) async fn create_history(pool: &PgPool, q: &Queries) -> Result<i32> {
     Ok(sqlx::query_scalar(q.create_history).fetch_one(pool).await?)
 }
 
+/// What one statement of [`fold_stats`] did.
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub(crate) struct Folded {
+    /// Where it stopped: the next statement starts there.
+    pub until: DateTime<Utc>,
+    /// Rows of shard 0 it added to.
+    pub folded: i64,
+    /// Whether it reached 10 minutes ago (nothing older is left to fold).
+    pub caught_up: bool,
+}
+
+/// Folds the rollups' shards of an hour of minutes from `since` (at most up
+/// to 10 minutes ago) into shard 0 (see `fold_stats.sql`).
+pub(crate) async fn fold_stats(pool: &PgPool, q: &Queries, since: DateTime<Utc>) -> Result<Folded> {
+    Ok(sqlx::query_as(q.fold_stats)
+        .bind(since)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// The oldest minute with rollups left in a shard other than 0 (or 10
+/// minutes ago).
+pub(crate) async fn stats_unfolded(pool: &PgPool, q: &Queries) -> Result<DateTime<Utc>> {
+    Ok(sqlx::query_scalar(q.stats_unfolded).fetch_one(pool).await?)
+}
+
 /// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
 /// other process is pruning right now; `None` when one is. Without
 /// `by_row`, only those below the day tables (which

@@ -43,9 +43,9 @@ pub(crate) use inspect::{
 #[cfg(feature = "dashboard")]
 pub(crate) use maintenance::periodic_lock_name;
 pub(crate) use maintenance::{
-    AnnouncedSchedule, announce_periodic, create_history, drop_history, periodic_last_slots,
-    periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue, ring_blocker,
-    rotate_ready, try_lead_periodic,
+    AnnouncedSchedule, announce_periodic, create_history, drop_history, fold_stats,
+    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
+    ring_blocker, rotate_ready, stats_unfolded, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
@@ -138,6 +138,8 @@ pub(crate) struct Queries {
     create_history: &'static str,
     prune_leftovers: &'static str,
     prune_stats: &'static str,
+    fold_stats: &'static str,
+    stats_unfolded: &'static str,
     periodic_last_slots: &'static str,
     periodic_record_slot: &'static str,
     periodic_announce: &'static str,
@@ -254,6 +256,8 @@ impl Queries {
             create_history: load(include_str!("create_history.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             prune_stats: load(include_str!("prune_stats.sql")),
+            fold_stats: load(include_str!("fold_stats.sql")),
+            stats_unfolded: load(include_str!("stats_unfolded.sql")),
             periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
             periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
             periodic_announce: load(include_str!("periodic_announce.sql")),

@@ -7,9 +7,12 @@
 //! odd `finished_at`), and every job under a retention shorter than a day,
 //! are deleted one by one in small batches (one process at a time, by
 //! advisory lock; `SKIP LOCKED` keeps it out of the workers' way). Each pass
-//! also creates the day tables of the next days.
+//! also creates the day tables of the next days, and folds the rollups'
+//! shards of past minutes into one row (see [`fold_stats`]).
 
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use crate::client::Client;
 use crate::db;
@@ -122,6 +125,40 @@ pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<Prun
     Ok(pruned)
 }
 
+/// Folds the shards of the rollups (`conveyor.stats`) of minutes more than
+/// 10 minutes old into shard 0, an hour of minutes per statement, from
+/// `cursor` (where the last pass stopped; at first, the oldest minute with
+/// shards) until caught up. The shards spread the current minute's writers
+/// over rows; past it they only multiply what a chart reads, by up to 8.
+/// An hour whose statement fails (sums past a bigint, written by hand) is
+/// skipped with a warning, so one bad row cannot stop folding.
+async fn fold_stats(client: &Client, cursor: &mut Option<DateTime<Utc>>) -> Result<i64> {
+    let inner = &client.inner;
+    let mut since = match *cursor {
+        Some(since) => since,
+        None => db::stats_unfolded(&inner.pool, inner.queries).await?,
+    };
+    let mut folded = 0;
+    loop {
+        match db::fold_stats(&inner.pool, inner.queries, since).await {
+            Ok(step) => {
+                folded += step.folded;
+                since = step.until;
+                *cursor = Some(since);
+                if step.caught_up {
+                    return Ok(folded);
+                }
+            }
+            Err(crate::error::Error::Database(sqlx::Error::Database(error))) => {
+                tracing::warn!(%error, %since, "conveyor: cannot fold an hour of rollups: skipped");
+                *cursor = Some(since + chrono::Duration::hours(1));
+                return Ok(folded);
+            }
+            Err(other) => return Err(other),
+        }
+    }
+}
+
 pub(crate) async fn run(
     client: Client,
     retention: Retention,
@@ -130,6 +167,7 @@ pub(crate) async fn run(
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut folded_until = None;
     loop {
         tick.tick().await;
         checkpoint();
@@ -143,6 +181,11 @@ pub(crate) async fn run(
                 dropped_days,
             }) => tracing::info!(deleted, dropped_days, "conveyor: pruned finished jobs"),
             Err(error) => tracing::warn!(%error, "conveyor: pruning failed"),
+        }
+        match fold_stats(&client, &mut folded_until).await {
+            Ok(0) => {}
+            Ok(rows) => tracing::debug!(rows, "conveyor: folded rollup shards"),
+            Err(error) => tracing::warn!(%error, "conveyor: folding rollups failed"),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! End to end: the dashboard in headless Chromium, driven through
-//! chromedriver (WebDriver) with fantoccini, against real workers. Two
+//! chromedriver (WebDriver) with fantoccini, against real workers. Three
 //! scenarios, one browser at a time:
 //!
 //! - `retry`: sign in, see which queue no live worker serves, the workers
@@ -8,7 +8,11 @@
 //! - `fleet`: a workflow's graph, periodic schedules and their leader,
 //!   queue settings edited, searches by args, error text and id prefix, a
 //!   bulk retry confirmed with its count, and a read-only dashboard that
-//!   shows no action.
+//!   shows no action;
+//! - `charts`: the charts of the persisted rollups show what `conveyor.jobs`
+//!   holds for a known workload, drawn without a CSP violation, and the
+//!   same once the jobs are pruned; a failed chord's job page does not link
+//!   to its never-created callback.
 //!
 //! Each saves screenshots to `target/screenshots/`; with
 //! `CONVEYOR_UPDATE_SCREENSHOTS=1` also to `docs/screenshots/`, which the
@@ -24,7 +28,10 @@
 #[allow(dead_code)]
 #[path = "../integration/common.rs"]
 mod common;
+#[path = "../integration/outcomes.rs"]
+mod outcomes;
 
+mod charts;
 mod fleet;
 mod retry;
 

@@ -19,6 +19,9 @@ mod insert_paths;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod migrate;
+// The known workload of the chart tests.
+#[cfg(feature = "dashboard")]
+mod outcomes;
 mod periodic;
 // Also runs the `conveyor` command on every poison row.
 #[cfg(feature = "cli")]

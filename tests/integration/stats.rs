@@ -136,3 +136,61 @@ async fn rollups_count_what_the_jobs_table_shows_and_outlive_pruning() {
     c.prune(&everything).await.unwrap();
     assert!(c.stats(&whole_hour()).await.unwrap().is_empty());
 }
+
+/// The workers' maintenance folds the shards of minutes more than 10
+/// minutes old into shard 0, keeping every sum; the current minute's
+/// shards (its writers' spread) are left alone.
+#[tokio::test]
+async fn past_minutes_shards_are_folded_into_one_row_with_the_same_sums() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    // 8 shards of two queue-task pairs, now and 20 minutes, 3 hours and 3
+    // days ago, each shard with different counts and histograms.
+    sqlx::query(
+        "INSERT INTO conveyor.stats
+             (minute, queue, task, shard, succeeded, failed, retried, rescued, cancelled, wait_ms, run_ms)
+         SELECT date_trunc('minute', now()) - m * interval '1 minute', q, 't', s, s + 1, s % 2, 1, 0, s,
+                array_fill((s + 1)::bigint, ARRAY[19]),
+                (SELECT array_agg(i * s + m) FROM generate_series(1, 19) i)
+         FROM unnest(ARRAY[0, 20, 180, 4320]) m, unnest(ARRAY['a', 'b']) q, generate_series(0, 7) s",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let pool = &db.pool;
+    let rows = move |filter: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM conveyor.stats WHERE {filter}"
+        )))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let every_minute = StatsQuery {
+        since: Utc::now() - chrono::Duration::days(4),
+        until: Utc::now() + chrono::Duration::minutes(5),
+        step: Duration::from_secs(60),
+        queue: None,
+        task: None,
+    };
+    let before = c.stats(&every_minute).await.unwrap();
+    assert_eq!(before.len(), 4);
+
+    let worker = Worker::builder(c)
+        .prune_interval(Duration::from_millis(50))
+        .register_fn("noop", |_ctx, _args| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    let past = "minute < date_trunc('minute', now()) - interval '10 minutes'";
+    eventually(WAIT, "the past minutes' shards folded", || async {
+        (rows(past).await == 6).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    assert_eq!(
+        rows("shard <> 0").await,
+        14,
+        "the current minute is left alone"
+    );
+    assert_eq!(c.stats(&every_minute).await.unwrap(), before, "same sums");
+}

@@ -42,14 +42,7 @@ impl Filter {
             .ok_or_else(|| ApiError::bad_request("give a state: ?state=failure"))?
             .parse()
             .map_err(ApiError::bad_request)?;
-        let name = |key: &str, max: usize| -> Result<Option<String>, ApiError> {
-            match param(params, key) {
-                Some(v) if v.chars().count() > max => Err(ApiError::bad_request(format!(
-                    "a {key} name has at most {max} characters"
-                ))),
-                v => Ok(v.map(str::to_string)),
-            }
-        };
+        let name = |key: &str, max: usize| super::name(params, key, max);
         let args = param(params, "args")
             .map(|text| {
                 serde_json::from_str::<Value>(text).map_err(|e| {

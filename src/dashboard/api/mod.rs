@@ -12,6 +12,7 @@
 //! | `GET bulk?action=…&state=…`, `POST bulk/{action}?…` | bulk actions: `bulk.rs` |
 //! | `GET workflows`, `GET workflows/{id}` | workflows and their graphs: `workflows.rs` |
 //! | `GET periodic` | periodic schedules and their leader: `periodic.rs` |
+//! | `GET stats?window=…` | the charts' rollups (`conveyor.stats`): `charts.rs` |
 //! | `POST queues/{q}/{pause,resume,limit,rate}` | queue settings: `queues.rs` |
 //!
 //! Errors are `{"error": "..."}` with a fitting status: 400 for a malformed
@@ -19,6 +20,7 @@
 //! not allow, 422 for a search or count stopped by its time limit.
 
 mod bulk;
+mod charts;
 mod graph;
 mod jobs;
 mod periodic;
@@ -39,6 +41,7 @@ use crate::db::dashboard as sql;
 use crate::error::Error;
 
 pub(super) use bulk::{bulk_act, bulk_count};
+pub(super) use charts::stats;
 pub(super) use jobs::{id_search, job, job_action, jobs};
 pub(super) use periodic::periodic;
 pub(super) use queues::queue_action;
@@ -80,8 +83,8 @@ impl From<Error> for ApiError {
             return ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!(
-                    "stopped after {} s: this search reads every candidate row; narrow it \
-                     (a queue, a task, a shorter time window)",
+                    "stopped after {} s: this reads every candidate row (a search) or \
+                     rollup (a chart); narrow it (a queue, a task, a shorter time window)",
                     sql::STATEMENT_TIMEOUT_SECS
                 ),
             );
@@ -118,6 +121,21 @@ fn read_params(params: Params) -> Result<HashMap<String, String>, ApiError> {
 /// A non-empty, trimmed query parameter.
 fn param<'a>(params: &'a HashMap<String, String>, name: &str) -> Option<&'a str> {
     params.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// A name parameter (`queue`, `task`…) of at most `max` characters, or a
+/// 400 saying so.
+fn name(
+    params: &HashMap<String, String>,
+    key: &str,
+    max: usize,
+) -> Result<Option<String>, ApiError> {
+    match param(params, key) {
+        Some(v) if v.chars().count() > max => Err(ApiError::bad_request(format!(
+            "a {key} name has at most {max} characters"
+        ))),
+        v => Ok(v.map(str::to_string)),
+    }
 }
 
 /// A number parameter, or a 400 naming it.

@@ -8,6 +8,7 @@ import { showJob } from './job.js';
 import { showWorkflows, showWorkflow } from './workflows.js';
 import { showPeriodic } from './periodic.js';
 import { showQueues } from './queues.js';
+import { showCharts } from './charts.js';
 
 let view = 0;       // bumped on every route change: late answers for an old view are dropped
 let timer = null;   // the current view's refresh
@@ -32,6 +33,7 @@ const ROUTES = [
   [(p) => p.startsWith('/workflow/'), 'workflows', (ctx, p) => showWorkflow(ctx, decodeURIComponent(p.slice(10)))],
   [(p) => p === '/periodic', 'periodic', (ctx) => showPeriodic(ctx)],
   [(p) => p === '/queues', 'queues', (ctx) => showQueues(ctx)],
+  [(p) => p === '/charts', 'charts', (ctx, _, q) => showCharts(ctx, q)],
 ];
 
 async function route() {

@@ -1,21 +1,11 @@
-// The overview: numbers per queue, throughput, and which queues nobody serves.
+// The overview: numbers per queue, throughput over the last hour (from the
+// persisted rollups), and which queues nobody serves.
 import { app, mode, h, api, flash, setMode, act, num, jobsHref, card, secs } from './lib.js';
+import { chartBox } from './plot.js';
 
-const samples = [];   // processed per minute, one sample per overview poll
-
-function sparkline(values) {
-  const ns = 'http://www.w3.org/2000/svg';
-  const svg = document.createElementNS(ns, 'svg');
-  svg.setAttribute('class', 'spark');
-  svg.setAttribute('viewBox', '0 0 100 28');
-  svg.setAttribute('preserveAspectRatio', 'none');
-  const max = Math.max(1, ...values);
-  const step = values.length > 1 ? 100 / (values.length - 1) : 100;
-  const line = document.createElementNS(ns, 'polyline');
-  line.setAttribute('points', values.map((v, i) => (i * step).toFixed(1) + ',' + (27 - v / max * 25).toFixed(1)).join(' '));
-  svg.append(line);
-  return svg;
-}
+// The throughput chart is read this often (its buckets are minutes), not
+// at every 3-s refresh of the numbers.
+const CHART_EVERY_MS = 15000;
 
 function queueRow(q, refresh) {
   const link = (state, n, col) => h('td', { class: n ? 'num' : 'num zero', 'data-col': col || state },
@@ -38,12 +28,10 @@ function queueRow(q, refresh) {
     h('td', {}, toggle));
 }
 
-function render(o, refresh) {
+function render(o, refresh, chart) {
   const sum = (k) => o.queues.reduce((a, q) => a + q[k], 0);
   const capped = (n) => (n >= o.totals_cap ? n.toLocaleString() + '+' : n.toLocaleString());
   const perMin = sum('succeeded_1m') + sum('failed_1m');
-  samples.push(perMin);
-  if (samples.length > 60) samples.shift();
   const head = ['queue', 'scheduled', 'pending', 'started', 'retry', 'oldest pending',
     'ok / 1 min', 'failed / 1 min', 'ok / 1 h', 'failed / 1 h', 'failed / 24 h', ''];
   const opt = new Set([5, 7, 8, 9]);
@@ -58,7 +46,7 @@ function render(o, refresh) {
     h('h1', {}, 'Queues'),
     warning,
     h('div', { class: 'cards' },
-      card('processed / min', perMin.toLocaleString(), sparkline(samples)),
+      card('processed / min', perMin.toLocaleString()),
       card('live workers', h('a', { href: '#/workers', id: 'live-workers' }, o.workers.live.toLocaleString()),
         o.workers.dead ? h('div', { class: 'l error' }, o.workers.dead + ' dead') : null),
       card('waiting (pending)', sum('pending').toLocaleString()),
@@ -73,15 +61,27 @@ function render(o, refresh) {
         h('thead', {}, h('tr', {}, head.map((t, i) => h('th', { class: (i > 0 && i < 11 ? 'num' : '') + (opt.has(i) ? ' opt' : '') }, t)))),
         h('tbody', {}, o.queues.map((q) => queueRow(q, refresh))))),
     h('p', { class: 'muted' }, 'Refreshed every 3 s. Unfinished jobs are counted exactly; finished ones over the last hour (successes) or day (failures). Limits and rates: ',
-      h('a', { href: '#/queues' }, 'Settings'), '.'));
+      h('a', { href: '#/queues' }, 'Settings'), '.'),
+    chart,
+    h('p', { class: 'muted' }, 'From the per-minute rollups (conveyor.stats), which outlive the jobs. ',
+      h('a', { href: '#/charts', id: 'more-charts' }, 'Failures, queue wait and run time over 1 hour, 24 hours or 7 days, by queue and task'), '.'));
 }
 
 export async function showOverview(ctx) {
+  // Kept across refreshes: the chart is moved into each new rendering, not drawn again.
+  const throughput = chartBox('throughput', 'overview-throughput', { title: 'Throughput, last hour', height: 130 });
+  let chartAt = 0;
   async function refresh() {
     try {
       const o = await api('overview');
       setMode(o);
-      if (ctx.live()) render(o, refresh);
+      if (!ctx.live()) return;
+      render(o, refresh, throughput.el);
+      if (Date.now() - chartAt >= CHART_EVERY_MS) {
+        chartAt = Date.now();
+        const answer = await api('stats?window=1h');
+        if (ctx.live()) throughput.update(answer);
+      }
     } catch (e) { flash(e.message, true); }
   }
   await refresh();

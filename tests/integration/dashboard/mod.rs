@@ -1,10 +1,11 @@
 //! The dashboard's router, driven in-process: its numbers match the table,
 //! lists page without gaps, and actions change the database. Authentication,
 //! read-only mode and CSRF protection are in `security`; searches, bulk
-//! actions, queue settings, workflows and periodic schedules each have a
-//! module.
+//! actions, charts, queue settings, workflows and periodic schedules each
+//! have a module.
 
 mod bulk;
+mod charts;
 mod periodic;
 mod search;
 mod security;
