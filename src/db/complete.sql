@@ -12,25 +12,39 @@
 -- state's table, today's partition of jobs_success, jobs_failure or
 -- jobs_cancelled (migration V8): one DELETE, whose fence depends only on the
 -- input, and one INSERT per table. A job to be retried stays where it is,
--- updated in place; if its cancellation was asked for meanwhile it is not
--- retried but ends cancelled, and that UPDATE (naming conveyor.jobs for
--- this) moves its row into jobs_cancelled. Both read the row as it is when
--- they lock it, so a cancel that commits while this statement runs is seen.
+-- updated in place, unless its cancellation was asked for meanwhile: then
+-- it is not retried but ends cancelled, moved like the others. Which of the
+-- two is decided on the row as it is now: the jobs to retry are locked first
+-- (FOR UPDATE reads the latest version, so a cancel that committed while
+-- this statement ran is seen); jobs that end need no lock (their fate
+-- depends on the input only, and a DELETE rechecks its fence on the latest
+-- version).
 WITH outcome AS (
     SELECT *
     FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::float8[],
                 $7::float8[])
          AS t(id, lease_token, state, result, error, retry_in_secs, wait_ms)
 ),
+to_retry AS (
+    SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel
+    FROM conveyor.jobs_unfinished j
+    JOIN outcome o ON o.id = j.id
+    WHERE j.id = ANY($1::uuid[]) AND j.lease_token = o.lease_token
+      AND j.state = 'started' AND o.state = 'retry'
+    FOR UPDATE OF j
+),
 ended AS (
     DELETE FROM conveyor.jobs_unfinished j
     USING outcome o
     WHERE j.id = ANY($1::uuid[]) AND j.id = o.id AND j.lease_token = o.lease_token
-      AND j.state = 'started' AND o.state <> 'retry'
+      AND j.state = 'started'
+      AND (o.state <> 'retry' OR j.id = ANY(ARRAY(SELECT id FROM to_retry WHERE cancel)))
     RETURNING j.id, j.queue, j.task, j.args, j.headers,
-        o.state,
+        CASE WHEN o.state = 'retry' THEN 'cancelled' ELSE o.state END AS state,
         j.priority, j.run_at, j.attempt, j.max_retries, j.retry_backoff_base,
-        j.retry_backoff, j.timeout,
+        CASE WHEN o.state = 'retry' THEN make_interval(secs => o.retry_in_secs)
+             ELSE j.retry_backoff END AS retry_backoff,
+        j.timeout,
         NULL::timestamptz AS lease_expires_at,
         NULL::text AS worker_id,
         CASE WHEN o.state = 'success' THEN o.result ELSE j.result END AS result,
@@ -57,24 +71,20 @@ into_cancelled AS (
     INSERT INTO conveyor.jobs_cancelled SELECT * FROM ended WHERE state = 'cancelled'
 ),
 retried AS (
-    UPDATE conveyor.jobs j SET
-        state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'retry' END,
+    UPDATE conveyor.jobs_unfinished j SET
+        state = 'retry',
         last_error = coalesce(o.error, j.last_error),
         errors = CASE WHEN o.error IS NULL THEN j.errors
                  ELSE j.errors || jsonb_build_array(jsonb_build_object(
                      'attempt', j.attempt, 'at', now(), 'error', o.error,
                      'worker_id', j.worker_id))
                  END,
-        run_at = CASE WHEN j.cancel_requested_at IS NULL
-                      THEN now() + make_interval(secs => o.retry_in_secs)
-                      ELSE j.run_at END,
+        run_at = now() + make_interval(secs => o.retry_in_secs),
         retry_backoff = make_interval(secs => o.retry_in_secs),
-        finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() END,
         lease_expires_at = NULL,
         worker_id = NULL
     FROM outcome o
-    WHERE j.id = ANY($1::uuid[]) AND j.id = o.id AND j.lease_token = o.lease_token
-      AND j.state = 'started' AND o.state = 'retry'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM to_retry WHERE NOT cancel)) AND j.id = o.id
     RETURNING j.id, j.queue, j.task, j.state, j.started_at, j.workflow_id, j.on_success, j.on_error
 ),
 updated AS (
