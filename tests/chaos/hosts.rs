@@ -22,8 +22,8 @@ fn script() -> String {
     format!("{}/scripts/hosts.sh", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Why hosts cannot be made here, if they cannot: namespaces need root
-/// and iproute2's `ip`.
+/// Why hosts cannot be made here, if they cannot: namespaces need root.
+/// Installs iproute2 (`ip`) with `apt-get` when it is missing.
 pub fn unavailable() -> Option<String> {
     let root = Command::new("id")
         .arg("-u")
@@ -33,9 +33,23 @@ pub fn unavailable() -> Option<String> {
     if !root {
         return Some("network namespaces need root".into());
     }
-    let ip = Command::new("ip").arg("-V").output();
-    if ip.is_err() {
-        return Some("iproute2's `ip` is not installed".into());
+    let has_ip = || Command::new("ip").arg("-V").output().is_ok();
+    if !has_ip() {
+        eprintln!("iproute2 is missing: installing it");
+        let apt = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdin(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let installed = apt(&["update", "-q"]) && apt(&["install", "-y", "-q", "iproute2"]);
+        assert!(
+            installed && has_ip(),
+            "network namespaces need iproute2 and it could not be installed: run \
+             `apt-get install iproute2` as root"
+        );
     }
     None
 }
