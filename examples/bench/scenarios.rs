@@ -394,11 +394,15 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     for group in groups {
         let mut runs = vec![Vec::new(); group.len()];
         let mut rss = vec![Vec::new(); group.len()];
+        let mut server_cpu = vec![Vec::new(); group.len()];
         for _ in 0..cfg.runs {
             for (i, (processes, concurrency, ahead)) in group.iter().enumerate() {
                 let run = process_once(db, cfg.jobs, *processes, *concurrency, *ahead).await?;
                 runs[i].push(run.rate);
                 rss[i].push(run.rss as f64 / 1_048_576.0);
+                if let Some(pct) = run.cpu["server_cpu_pct_of_core"].as_f64() {
+                    server_cpu[i].push(pct);
+                }
             }
         }
         for (i, (processes, concurrency, ahead)) in group.into_iter().enumerate() {
@@ -412,8 +416,10 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 cfg.jobs
             );
             lines.push(
-                Line::new("C", variant, "jobs/s", runs[i].clone())
-                    .with(json!({"peak_rss_mib": median(&rss[i])})),
+                Line::new("C", variant, "jobs/s", runs[i].clone()).with(json!({
+                    "peak_rss_mib": median(&rss[i]),
+                    "server_cpu_pct_of_core": median(&server_cpu[i]),
+                })),
             );
         }
     }
