@@ -1,11 +1,13 @@
-//! Conveyor's benchmark: scenarios A–H and S of docs/benchmarks.md against a
-//! database it creates and drops. Prints one JSON line per result, then a
-//! table. Figures only: nothing here asserts a timing.
+//! Conveyor's benchmark: scenarios A–H, N and S of docs/benchmarks.md
+//! against a database it creates and drops (N: on a private cluster it
+//! starts). Prints one JSON line per result, then a table. Figures only:
+//! nothing here asserts a timing.
 //!
 //! ```sh
 //! cargo run --release --example bench                      # everything (about an hour)
 //! cargo run --release --example bench -- --only A,B,C,F   # some scenarios
 //! cargo run --release --example bench -- --quick           # seconds; what CI runs
+//! cargo run --release --example bench -- --only N --hosts 1,2,3   # C on many hosts (root)
 //! DATABASE_URL=postgres://... cargo run --release --example bench
 //! ```
 //!
@@ -13,7 +15,15 @@
 //! as it takes 30 minutes.
 
 mod baseline;
+#[allow(dead_code)] // the chaos test's private cluster; N uses part of it
+#[path = "../../tests/chaos/cluster.rs"]
+mod cluster;
+mod cpu;
 mod history;
+mod hosts;
+#[allow(dead_code)] // the chaos test's hosts; N does not cut links
+#[path = "../../tests/chaos/hosts.rs"]
+mod net;
 mod plot;
 mod scenarios;
 mod snapshot;
@@ -37,7 +47,7 @@ struct Args {
     /// Small sizes: seconds in all. For CI.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,S,idle).
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,N,S,idle).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also run H (the 30-minute soak) with the rest.
@@ -50,6 +60,15 @@ struct Args {
     /// 0,1000000,10000000).
     #[arg(long, value_delimiter = ',')]
     history: Vec<u64>,
+    /// N: host counts to measure, comma-separated (default 1,2,3).
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<usize>,
+    /// N: worker processes per host (default 1).
+    #[arg(long)]
+    host_processes: Option<usize>,
+    /// N: concurrency of each worker process (default 100).
+    #[arg(long)]
+    host_concurrency: Option<usize>,
     /// H: duration in seconds.
     #[arg(long)]
     soak_secs: Option<u64>,
@@ -98,6 +117,15 @@ async fn run(args: Args) -> Result<()> {
     if !args.history.is_empty() {
         cfg.history = args.history.clone();
     }
+    if !args.hosts.is_empty() {
+        cfg.hosts = args.hosts.clone();
+    }
+    if let Some(n) = args.host_processes {
+        cfg.host_processes = n.max(1);
+    }
+    if let Some(n) = args.host_concurrency {
+        cfg.host_concurrency = n.max(1);
+    }
     if let Some(secs) = args.soak_secs {
         cfg.soak_secs = secs;
     }
@@ -123,11 +151,19 @@ async fn run(args: Args) -> Result<()> {
 /// The scenarios in the order they run. Each gets a database of its own,
 /// created before it and dropped after it, so none inherits another's
 /// bloat (E leaves a million-row backlog behind) or settings.
-const SCENARIOS: [&str; 10] = ["A", "B", "C", "F", "D", "E", "idle", "S", "G", "H"];
+const SCENARIOS: [&str; 11] = ["A", "B", "C", "F", "N", "D", "E", "idle", "S", "G", "H"];
 
 async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
     let mut lines: Vec<Line> = Vec::new();
     for name in SCENARIOS.into_iter().filter(|n| wanted(n)) {
+        if name == "N" {
+            // On a private cluster of its own, reachable from the hosts.
+            for line in hosts::many_hosts(cfg).await? {
+                println!("{}", line.json());
+                lines.push(line);
+            }
+            continue;
+        }
         let db = BenchDb::create(url, 16, name).await?;
         let result = run_scenario(name, &db, cfg).await;
         db.drop_db().await?;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use conveyor::NewJob;
 use serde_json::{Value, json};
 
+use crate::cpu::CpuMark;
 use crate::support::{
     BenchDb, FinishedCounter, NO_CHECKPOINT_ENV, PgbenchScript, QUEUE, Result, TASK, WorkerChild,
     median, percentile, pgbench, secs,
@@ -50,6 +51,10 @@ pub struct Config {
     pub snapshot_sample_secs: u64,
     /// S: what the session holding the snapshot read first (see `snapshot::Holder`).
     pub snapshot_holder: crate::snapshot::Holder,
+    /// N: host counts, worker processes per host, and their concurrency.
+    pub hosts: Vec<usize>,
+    pub host_processes: usize,
+    pub host_concurrency: usize,
 }
 
 impl Config {
@@ -76,6 +81,9 @@ impl Config {
             snapshot_after_secs: 60,
             snapshot_sample_secs: 10,
             snapshot_holder: crate::snapshot::Holder::Bare,
+            hosts: vec![1, 2, 3],
+            host_processes: 1,
+            host_concurrency: 100,
         }
     }
 
@@ -103,6 +111,9 @@ impl Config {
             snapshot_after_secs: 2,
             snapshot_sample_secs: 1,
             snapshot_holder: crate::snapshot::Holder::Bare,
+            hosts: vec![1],
+            host_processes: 1,
+            host_concurrency: 100,
         }
     }
 }
@@ -289,6 +300,16 @@ pub struct ProcessRun {
     pub rss: u64,
     /// Server counters per job during the run ([`crate::support::Counters`]).
     pub server: Value,
+    /// CPU of the server, the workers and the machine ([`crate::cpu::CpuMark`]).
+    pub cpu: Value,
+}
+
+/// Where a worker process runs: a network namespace (a "host") or this
+/// one, and the URL it connects with from there.
+#[derive(Clone, Debug)]
+pub struct Spot {
+    pub netns: Option<String>,
+    pub url: String,
 }
 
 /// Runs `jobs` preloaded no-op jobs through `processes` worker processes of
@@ -301,21 +322,41 @@ pub async fn process_once(
     concurrency: usize,
     claim_ahead: Option<usize>,
 ) -> Result<ProcessRun> {
+    let here = Spot {
+        netns: None,
+        url: db.url.clone(),
+    };
+    process_on(db, jobs, &vec![here; processes], concurrency, claim_ahead).await
+}
+
+/// [`process_once`] with a worker process at each of `spots`.
+pub async fn process_on(
+    db: &BenchDb,
+    jobs: usize,
+    spots: &[Spot],
+    concurrency: usize,
+    claim_ahead: Option<usize>,
+) -> Result<ProcessRun> {
     db.preload(jobs, 5_000).await?;
     db.client.pause_queue(QUEUE).await?;
-    let children = (0..processes)
-        .map(|_| WorkerChild::start_with(&db.url, concurrency, None, claim_ahead))
+    let children = spots
+        .iter()
+        .map(|s| WorkerChild::start_on(s.netns.as_deref(), &s.url, concurrency, None, claim_ahead))
         .collect::<Result<Vec<_>>>()?;
-    db.wait_listeners(processes as i64).await?;
+    db.wait_listeners(spots.len() as i64).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
     if std::env::var(NO_CHECKPOINT_ENV).is_err() {
         db.checkpoint().await?;
     }
+    let postmaster = db.postmaster_pid().await?;
+    let pids: Vec<u32> = children.iter().map(WorkerChild::pid).collect();
     let before = db.counters().await?;
+    let cpu = CpuMark::now(postmaster, &pids);
     let start = Instant::now();
     db.client.resume_queue(QUEUE).await?;
     counter.wait_for(jobs as u64, TIMEOUT).await?;
     let rate = jobs as f64 / secs(start);
+    let cpu = cpu.since(postmaster, &pids);
     let server = db.counters().await?.per_job_since(&before, jobs);
     let rss = children
         .first()
@@ -330,7 +371,12 @@ pub async fn process_once(
         return Err(format!("{done} of {jobs} jobs succeeded").into());
     }
     db.clear_queue().await?;
-    Ok(ProcessRun { rate, rss, server })
+    Ok(ProcessRun {
+        rate,
+        rss,
+        server,
+        cpu,
+    })
 }
 
 /// C: processing throughput of one worker process at several concurrency
@@ -348,11 +394,15 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     for group in groups {
         let mut runs = vec![Vec::new(); group.len()];
         let mut rss = vec![Vec::new(); group.len()];
+        let mut server_cpu = vec![Vec::new(); group.len()];
         for _ in 0..cfg.runs {
             for (i, (processes, concurrency, ahead)) in group.iter().enumerate() {
                 let run = process_once(db, cfg.jobs, *processes, *concurrency, *ahead).await?;
                 runs[i].push(run.rate);
                 rss[i].push(run.rss as f64 / 1_048_576.0);
+                if let Some(pct) = run.cpu["server_cpu_pct_of_core"].as_f64() {
+                    server_cpu[i].push(pct);
+                }
             }
         }
         for (i, (processes, concurrency, ahead)) in group.into_iter().enumerate() {
@@ -366,8 +416,10 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 cfg.jobs
             );
             lines.push(
-                Line::new("C", variant, "jobs/s", runs[i].clone())
-                    .with(json!({"peak_rss_mib": median(&rss[i])})),
+                Line::new("C", variant, "jobs/s", runs[i].clone()).with(json!({
+                    "peak_rss_mib": median(&rss[i]),
+                    "server_cpu_pct_of_core": median(&server_cpu[i]),
+                })),
             );
         }
     }

@@ -221,6 +221,18 @@ impl BenchDb {
         })
     }
 
+    /// The server's postmaster, if it runs on this machine: the parent of
+    /// this session's backend.
+    pub async fn postmaster_pid(&self) -> Result<Option<u32>> {
+        let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&self.pool)
+            .await?;
+        let stat = std::fs::read_to_string(format!("/proc/{backend}/stat")).unwrap_or_default();
+        Ok(stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()))
+    }
+
     /// Writes every dirty buffer now, so a timed run does not pay for the
     /// set-up's writes (a checkpoint started by loading millions of rows).
     pub async fn checkpoint(&self) -> Result<()> {
@@ -362,8 +374,27 @@ impl WorkerChild {
         retention_secs: Option<u64>,
         claim_ahead: Option<usize>,
     ) -> Result<WorkerChild> {
+        WorkerChild::start_on(None, url, concurrency, retention_secs, claim_ahead)
+    }
+
+    /// [`WorkerChild::start_with`], in network namespace `netns` if given
+    /// (a "host" of `scripts/hosts.sh`).
+    pub fn start_on(
+        netns: Option<&str>,
+        url: &str,
+        concurrency: usize,
+        retention_secs: Option<u64>,
+        claim_ahead: Option<usize>,
+    ) -> Result<WorkerChild> {
         let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = match netns {
+            Some(netns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", netns]).arg(exe);
+                cmd
+            }
+            None => Command::new(exe),
+        };
         if cfg!(test) {
             // Under the test harness, re-enter through the child test.
             cmd.args([

@@ -9,6 +9,29 @@ pub struct Cluster {
     bin: PathBuf,
     pub port: u16,
     as_postgres: bool,
+    options: Options,
+}
+
+/// Where a cluster listens and what it runs with.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `listen_addresses`: 127.0.0.1, plus (say) the hosts' bridge address.
+    pub listen: Vec<String>,
+    /// Networks (CIDR) whose clients are trusted too (`pg_hba.conf`).
+    pub trust: Vec<String>,
+    /// `name=value` settings given to the server with `-c`.
+    pub settings: Vec<String>,
+}
+
+impl Default for Options {
+    /// Loopback only; room for many connections, no fsync (tests).
+    fn default() -> Options {
+        Options {
+            listen: vec!["127.0.0.1".into()],
+            trust: Vec::new(),
+            settings: vec!["max_connections=200".into(), "fsync=off".into()],
+        }
+    }
 }
 
 fn pg_bin() -> PathBuf {
@@ -42,6 +65,11 @@ impl Cluster {
     /// initdb and start a cluster; PostgreSQL refuses to run as root, so as
     /// root it runs as the `postgres` user.
     pub fn start() -> Cluster {
+        Cluster::start_with(Options::default())
+    }
+
+    /// [`Cluster::start`] with other addresses or settings.
+    pub fn start_with(options: Options) -> Cluster {
         let dir =
             std::env::temp_dir().join(format!("conveyor-pg-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -54,6 +82,7 @@ impl Cluster {
             bin: pg_bin(),
             port: free_port(),
             as_postgres,
+            options,
         };
         let data = cluster.data();
         cluster.pg(
@@ -69,6 +98,17 @@ impl Cluster {
                 "--no-sync",
             ],
         );
+        if !cluster.options.trust.is_empty() {
+            let lines: String = (cluster.options.trust.iter())
+                .map(|net| format!("host all all {net} trust\n"))
+                .collect();
+            let hba = cluster.dir.join("data/pg_hba.conf");
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(hba)
+                .expect("pg_hba.conf");
+            std::io::Write::write_all(&mut file, lines.as_bytes()).expect("write pg_hba.conf");
+        }
         cluster.ctl(&["start"]);
         cluster
     }
@@ -81,8 +121,21 @@ impl Cluster {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The URL of the `postgres` database at another of its addresses.
+    #[allow(dead_code)] // not every includer reaches it at another address
+    pub fn url_at(&self, address: &str) -> String {
+        format!("postgres://postgres@{address}:{}/postgres", self.port)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The postmaster's process id (the first line of `postmaster.pid`).
+    #[allow(dead_code)] // the benchmark reads the server's CPU time from it
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.dir.join("data/postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
     }
 
     /// `pg_ctl restart`: `fast` (clean) or `immediate` (like a crash).
@@ -91,11 +144,16 @@ impl Cluster {
     }
 
     fn ctl(&self, args: &[&str]) {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off",
+        let mut options = format!(
+            "-p {} -k {} -c listen_addresses={}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.options.listen.join(",")
         );
+        for setting in &self.options.settings {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
         let log = self.dir.join("postgres.log").display().to_string();
         let data = self.data();
         let mut all = vec!["-D", &data, "-l", &log, "-o", &options, "-w", "-t", "60"];

@@ -1,11 +1,13 @@
-//! Chaos tests: worker *processes* killed with SIGKILL and PostgreSQL
-//! restarted under load, on a private cluster (see `cluster.rs`).
+//! Chaos tests: worker *processes* killed with SIGKILL, PostgreSQL
+//! restarted under load, and a worker's network cut (`netcut.rs`), on a
+//! private cluster (see `cluster.rs`).
 //!
 //! The worker processes are this same test binary, re-run with
 //! `CONVEYOR_CHAOS_WORKER` set: the `worker_process` test then serves jobs
 //! until it is killed, logging every run to a file of its own.
 
 mod cluster;
+mod hosts;
 
 /// Prints a result line even under the test harness's output capture (which
 /// only catches `print!`), so CI logs show the counts.
@@ -16,6 +18,8 @@ macro_rules! report {
     }};
 }
 
+mod netcut;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cluster::Cluster;
-use conveyor::{Client, JobState, NewJob, Periodic, Worker};
+use conveyor::{Client, JobState, NewJob, Periodic, TaskError, Worker};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -33,6 +37,8 @@ use sqlx::postgres::PgPoolOptions;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const ROLE: &str = "CONVEYOR_CHAOS_WORKER";
+/// A file the worker process writes its tracing events to (when set).
+const TRACE_LOG: &str = "CHAOS_TRACE_LOG";
 
 fn now_nanos() -> u128 {
     SystemTime::now()
@@ -61,6 +67,15 @@ async fn worker_process() {
             .open(&log_path)
             .expect("run log"),
     ));
+    if let Ok(path) = std::env::var(TRACE_LOG) {
+        // Conveyor's warnings and sqlx's slow statements, for the parent to read.
+        let file = std::fs::File::create(path).expect("trace log");
+        tracing_subscriber::fmt()
+            .with_writer(Mutex::new(file))
+            .with_ansi(false)
+            .with_env_filter("conveyor=info,sqlx::query=warn")
+            .init();
+    }
     let pool = PgPoolOptions::new()
         .max_connections(5)
         .acquire_timeout(Duration::from_secs(5))
@@ -91,9 +106,17 @@ async fn worker_process() {
                 };
                 write_line(&log, &line("S"));
                 let ms = args["ms"].as_u64().unwrap_or(10);
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    _ = ctx.cancelled() => {
+                        // Told to stop (its lease was lost): this run ends here.
+                        write_line(&log, &line("C"));
+                        return Err(TaskError::retry("told to stop"));
+                    }
+                }
                 write_line(&log, &line("E"));
-                Ok(Value::Null)
+                // Which process's outcome the database recorded.
+                Ok(json!({ "pid": std::process::id() }))
             }
         })
         .start()
@@ -119,7 +142,19 @@ fn spawn_worker(url: &str, log: PathBuf, lease_ms: u64) -> Proc {
 }
 
 fn spawn_worker_with(url: &str, log: PathBuf, lease_ms: u64, env: &[(&str, &str)]) -> Proc {
-    let child = Command::new(std::env::current_exe().expect("test binary"))
+    let exe = std::env::current_exe().expect("test binary");
+    spawn_worker_cmd(Command::new(exe), url, log, lease_ms, env)
+}
+
+/// Starts `command` (this test binary, possibly wrapped) as a worker process.
+fn spawn_worker_cmd(
+    mut command: Command,
+    url: &str,
+    log: PathBuf,
+    lease_ms: u64,
+    env: &[(&str, &str)],
+) -> Proc {
+    let child = command
         .envs(env.iter().copied())
         .args([
             "--exact",
@@ -167,8 +202,11 @@ async fn succeeded(pool: &PgPool) -> Option<i64> {
 #[derive(Debug, Clone)]
 struct Run {
     log: PathBuf,
+    attempt: u32,
     start: u128,
+    /// When it finished, or was told to stop (`cancelled`).
     end: Option<u128>,
+    cancelled: bool,
 }
 
 fn read_runs(logs: &[PathBuf]) -> HashMap<String, Vec<Run>> {
@@ -185,21 +223,23 @@ fn read_runs(logs: &[PathBuf]) -> HashMap<String, Vec<Run>> {
             match kind {
                 "S" => entry.push(Run {
                     log: log.clone(),
+                    attempt: attempt.parse().unwrap_or(0),
                     start: ts,
                     end: None,
+                    cancelled: false,
                 }),
-                "E" => {
+                "E" | "C" => {
                     if let Some(run) = entry
                         .iter_mut()
                         .rev()
                         .find(|r| r.log == *log && r.end.is_none())
                     {
                         run.end = Some(ts);
+                        run.cancelled = kind == "C";
                     }
                 }
                 _ => {}
             }
-            let _ = attempt;
         }
     }
     runs
@@ -294,7 +334,7 @@ async fn ten_thousand_jobs_survive_killed_workers_and_database_restarts() {
         list.sort_by_key(|r| r.start);
         total_runs += list.len();
         assert!(
-            list.iter().any(|r| r.end.is_some()),
+            list.iter().any(|r| r.end.is_some() && !r.cancelled),
             "job {id} never finished a run"
         );
         for pair in list.windows(2) {
