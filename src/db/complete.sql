@@ -26,11 +26,14 @@ WITH outcome AS (
          AS t(id, lease_token, state, result, error, retry_in_secs, wait_ms)
 ),
 to_retry AS (
+    -- Driven by the retried ids alone (usually none): joined to the whole
+    -- batch, the planner nested a scan of `outcome` in a loop over every
+    -- started job (70 ms for a batch of 600).
     SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel
     FROM conveyor.jobs_unfinished j
-    JOIN outcome o ON o.id = j.id
-    WHERE j.id = ANY($1::uuid[]) AND j.lease_token = o.lease_token
-      AND j.state = 'started' AND o.state = 'retry'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM outcome WHERE state = 'retry'))
+      AND (j.id, j.lease_token) IN (SELECT id, lease_token FROM outcome WHERE state = 'retry')
+      AND j.state = 'started'
     FOR UPDATE OF j
 ),
 ended AS (
