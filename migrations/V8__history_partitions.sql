@@ -33,6 +33,10 @@
 -- tables (about 10 s per million rows on a small machine; workers must be
 -- stopped, as for any migration that changes a table).
 
+-- enqueue_unique() takes a fourth argument now (whether the job's id may be
+-- taken already); its file creates the new one.
+DROP FUNCTION IF EXISTS conveyor_internal.enqueue_unique(jsonb, text, interval);
+
 ALTER TABLE conveyor.jobs RENAME TO jobs_before_v8;
 DROP TRIGGER jobs_notify_job_ready ON conveyor.jobs_before_v8;
 DROP TRIGGER jobs_ready_insert ON conveyor.jobs_before_v8;

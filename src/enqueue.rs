@@ -99,8 +99,19 @@ async fn insert(
                 spec,
                 key,
                 ttl_secs,
+                fresh,
                 ..
-            } => found.push(db::enqueue_unique(conn, q, spec, key.as_deref(), *ttl_secs).await?),
+            } => found.push(
+                db::enqueue_unique(
+                    conn,
+                    q,
+                    spec,
+                    key.as_deref(),
+                    *ttl_secs,
+                    may_exist || !fresh,
+                )
+                .await?,
+            ),
         }
     }
     Ok(found)

@@ -254,17 +254,21 @@ async fn insert_job(
 
 /// Enqueues one job spec under a uniqueness key (`None`: the default key
 /// from queue, task and args); `ttl` `None` means "until finished".
+/// `id_may_exist`: the caller chose the spec's id, or an earlier try may
+/// have inserted it (see [`insert_all`]).
 pub(crate) async fn enqueue_unique(
     conn: &mut PgConnection,
     q: &Queries,
     spec: &Value,
     key: Option<&str>,
     ttl_secs: Option<f64>,
+    id_may_exist: bool,
 ) -> Result<Inserted> {
     let row = sqlx::query(q.enqueue_unique)
         .bind(spec)
         .bind(key)
         .bind(ttl_secs)
+        .bind(id_may_exist)
         .fetch_one(&mut *conn)
         .await?;
     Ok(Inserted {
