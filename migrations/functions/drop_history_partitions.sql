@@ -33,6 +33,7 @@ BEGIN
     IF EXISTS (
         SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
         WHERE l.relation = parent AND l.granted AND l.pid <> pg_backend_pid()
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND a.xact_start < statement_timestamp() - interval '1 second') THEN
         RETURN 0;
     END IF;
