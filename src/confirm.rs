@@ -97,12 +97,15 @@ pub(crate) async fn insert(
     resent: bool,
 ) -> Result<Vec<Inserted>> {
     let ids = || rows.iter().map(|row| row.id).collect();
-    let answer = until_answered(pool, ids, |mut conn, _| async move {
+    let answer = until_answered(pool, ids, |mut conn, sent| async move {
+        // After a try that may have committed, the jobs may even have run
+        // and finished since: look for their ids among finished jobs too.
+        let may_exist = resent || sent;
         if rows.len() <= crate::db::BULK_CHUNK {
-            return db::insert_all(&mut conn, queries, rows).await;
+            return db::insert_all(&mut conn, queries, rows, may_exist).await;
         }
         let mut tx = conn.begin_with(crate::db::BEGIN).await?;
-        let found = db::insert_all(&mut tx, queries, rows).await?;
+        let found = db::insert_all(&mut tx, queries, rows, may_exist).await?;
         tx.commit().await?;
         Ok(found)
     })

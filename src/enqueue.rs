@@ -76,6 +76,7 @@ async fn insert(
     client: &Client,
     conn: &mut PgConnection,
     jobs: &[Prepared],
+    may_exist: bool,
 ) -> Result<Vec<Inserted>> {
     let q = client.inner.queries;
     let rows: Option<Vec<InsertRow>> = jobs
@@ -86,20 +87,31 @@ async fn insert(
         })
         .collect();
     if let Some(rows) = rows {
-        return db::insert_all(conn, q, &rows).await;
+        return db::insert_all(conn, q, &rows, may_exist).await;
     }
     let mut found = Vec::with_capacity(jobs.len());
     for job in jobs {
         match job {
             Prepared::Plain(row) => {
-                found.extend(db::insert_all(conn, q, std::slice::from_ref(row)).await?)
+                found.extend(db::insert_all(conn, q, std::slice::from_ref(row), may_exist).await?)
             }
             Prepared::Unique {
                 spec,
                 key,
                 ttl_secs,
+                fresh,
                 ..
-            } => found.push(db::enqueue_unique(conn, q, spec, key.as_deref(), *ttl_secs).await?),
+            } => found.push(
+                db::enqueue_unique(
+                    conn,
+                    q,
+                    spec,
+                    key.as_deref(),
+                    *ttl_secs,
+                    may_exist || !fresh,
+                )
+                .await?,
+            ),
         }
     }
     Ok(found)
@@ -147,7 +159,8 @@ impl Client {
 
     /// Enqueues many jobs atomically, in their own transaction; handles come
     /// back in input order. From [`COPY_MIN`] jobs that are all due now (no
-    /// ETA or delay, not unique) the rows are streamed with COPY; otherwise
+    /// ETA or delay, not unique, no id of the caller's) the rows are
+    /// streamed with COPY; otherwise
     /// one statement per [`BULK_CHUNK`] jobs. Like [`Client::enqueue`], it
     /// confirms its commit if the connection fails midway.
     pub async fn enqueue_many<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
@@ -165,7 +178,9 @@ impl Client {
                 Prepared::Unique { .. } => None,
             })
             .collect();
-        let due_now = |row: &InsertRow| row.run_at.is_none() && row.delay_secs.is_none();
+        // COPY cannot look for an id among finished jobs: only new ids.
+        let due_now =
+            |row: &InsertRow| row.run_at.is_none() && row.delay_secs.is_none() && row.fresh_id;
         if rows.len() >= COPY_MIN && rows.iter().all(due_now) {
             match self.copy_rows(&rows).await {
                 Ok(true) => {
@@ -201,18 +216,18 @@ impl Client {
         jobs: Vec<NewJob<O>>,
     ) -> Result<Vec<JobHandle<O>>> {
         let jobs = prepare(jobs)?;
-        let found = insert(self, conn, &jobs).await?;
+        let found = insert(self, conn, &jobs, false).await?;
         Ok(self.handles(found))
     }
 
     /// Inserts `jobs` in a transaction of their own, confirming its commit.
     async fn insert_own_transaction<O>(&self, jobs: Vec<Prepared>) -> Result<Vec<JobHandle<O>>> {
         let ids = || jobs.iter().map(Prepared::id).collect();
-        let answer = until_answered(&self.inner.pool, ids, |mut conn, _| {
+        let answer = until_answered(&self.inner.pool, ids, |mut conn, sent| {
             let jobs = &jobs;
             async move {
                 let mut tx = conn.begin_with(crate::db::BEGIN).await?;
-                let found = insert(self, &mut tx, jobs).await?;
+                let found = insert(self, &mut tx, jobs, sent).await?;
                 tx.commit().await?;
                 Ok(found)
             }

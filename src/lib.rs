@@ -75,9 +75,11 @@ pub use failover::{CHECK_EVERY, Primary};
 pub use handle::JobHandle;
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
 pub use maintenance::periodic::{Missed, Periodic};
-pub use maintenance::pruner::Retention;
+pub use maintenance::pruner::{Pruned, Retention};
 #[cfg(feature = "metrics")]
 pub use metrics::Metrics;
+#[doc(hidden)]
+pub use migrate::migrate_to;
 pub use migrate::{migrate, migrate_schema};
 pub use records::{
     Histogram, JobFailure, JobFilter, QueueStats, StatsPoint, StatsQuery, WorkerInfo, WorkflowRun,

@@ -33,7 +33,7 @@ pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
     let queries = Queries::for_schema(schema);
     let mut conn = pool.acquire().await?;
     db::lock_migrations(&mut conn, queries).await?;
-    let outcome = apply(&mut conn, queries).await;
+    let outcome = apply(&mut conn, queries, None).await;
     match db::unlock_migrations(&mut conn, queries).await {
         Ok(()) => {}
         // The lock dies with the session: make sure this one is not reused.
@@ -42,7 +42,20 @@ pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
     outcome
 }
 
-async fn apply(conn: &mut PgConnection, queries: &'static Queries) -> Result<Vec<i32>> {
+/// Migrates the default schema up to migration `version` only, for tests of
+/// a later migration on data written before it. Not a stable interface.
+#[doc(hidden)]
+pub async fn migrate_to(pool: &PgPool, version: i32) -> Result<Vec<i32>> {
+    let queries = Queries::for_schema(db::DEFAULT_SCHEMA);
+    let mut conn = pool.acquire().await?;
+    apply(&mut conn, queries, Some(version)).await
+}
+
+async fn apply(
+    conn: &mut PgConnection,
+    queries: &'static Queries,
+    target: Option<i32>,
+) -> Result<Vec<i32>> {
     db::create_schema(conn, queries).await?;
     db::apply_functions(conn, queries).await?;
     let mut migrations = Vec::new();
@@ -55,6 +68,9 @@ async fn apply(conn: &mut PgConnection, queries: &'static Queries) -> Result<Vec
     }
     let mut runner = refinery::Runner::new(&migrations);
     runner.set_migration_table_name(queries.migrations_table());
+    if let Some(version) = target {
+        runner = runner.set_target(refinery::Target::Version(version));
+    }
     let report = runner
         .run_async(&mut RefineryConnection(conn))
         .await

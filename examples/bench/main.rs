@@ -19,6 +19,7 @@ mod baseline;
 #[path = "../../tests/chaos/cluster.rs"]
 mod cluster;
 mod cpu;
+mod history;
 mod hosts;
 #[allow(dead_code)] // the chaos test's hosts; N does not cut links
 #[path = "../../tests/chaos/hosts.rs"]
@@ -201,7 +202,7 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
         "D" => scenarios::wake_latency(db, cfg).await,
         "E" => scenarios::mixed(db, cfg).await,
         "idle" => scenarios::idle(db, cfg).await,
-        "G" => scenarios::scale(db, cfg).await,
+        "G" => history::scale(db, cfg).await,
         "H" => scenarios::soak(db, cfg).await,
         "S" => snapshot::held_snapshot(db, cfg).await,
         other => Err(format!("unknown scenario {other}").into()),

@@ -557,48 +557,6 @@ pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     )])
 }
 
-/// G: C (1 process, concurrency 100) with history and future jobs present.
-pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
-    db.load_rows("scheduled", 0, cfg.future).await?;
-    let mut lines: Vec<Line> = Vec::new();
-    let mut loaded = 0;
-    for level in cfg.history.clone() {
-        db.load_rows("success", loaded, level - loaded).await?;
-        loaded = level;
-        sqlx::query("VACUUM (ANALYZE) conveyor.jobs")
-            .execute(&db.pool)
-            .await?;
-        let mut runs = Vec::new();
-        let mut server = Vec::new();
-        for _ in 0..cfg.runs {
-            let run = process_once(db, cfg.jobs, 1, 100, None).await?;
-            runs.push(run.rate);
-            server.push(run.server);
-        }
-        let (table, indexes) = db.sizes().await?;
-        let line = Line::new(
-            "G",
-            format!("C x 100 with {level} finished + {} future jobs", cfg.future),
-            "jobs/s",
-            runs,
-        );
-        let vs0 = lines.first().map(|l0| 100.0 * line.median / l0.median);
-        lines.push(line.with(json!({
-            "percent_of_level_0": vs0,
-            "table_mib": table / 1_048_576,
-            "indexes_mib": indexes / 1_048_576,
-            "server_per_run": server,
-        })));
-    }
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue IN ('bench_history', 'bench')")
-        .execute(&db.pool)
-        .await?;
-    sqlx::query("VACUUM conveyor.jobs")
-        .execute(&db.pool)
-        .await?;
-    Ok(lines)
-}
-
 /// H: a steady enqueue rate for a long time with pruning on; table and index
 /// size and throughput sampled over time.
 pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {

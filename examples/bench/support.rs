@@ -243,7 +243,10 @@ impl BenchDb {
     /// Bytes of the jobs table: (heap + toast, indexes).
     pub async fn sizes(&self) -> Result<(i64, i64)> {
         let row: (i64, i64) = sqlx::query_as(
-            "SELECT pg_table_size('conveyor.jobs'), pg_indexes_size('conveyor.jobs')",
+            // Summed over the partitions of conveyor.jobs (migration V8).
+            "SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
+                    coalesce(sum(pg_indexes_size(relid)), 0)::bigint
+             FROM pg_partition_tree('conveyor.jobs') WHERE isleaf",
         )
         .fetch_one(&self.pool)
         .await?;

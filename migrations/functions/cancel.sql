@@ -4,7 +4,8 @@
 -- grace period, and the job ends cancelled. A finished job is left alone.
 -- Returns the job's state after the call (NULL: no such job). The row is
 -- locked first, so a job changing state meanwhile (a completer recording a
--- retry, the rescuer) cannot make the request vanish.
+-- retry, the rescuer) cannot make the request vanish. A job that ends here
+-- moves from conveyor.jobs_unfinished into jobs_cancelled (migration V8).
 CREATE OR REPLACE FUNCTION conveyor.cancel(job uuid) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -15,18 +16,19 @@ BEGIN
         RETURN NULL;
     END IF;
     IF j.state IN ('pending', 'scheduled', 'retry') THEN
-        UPDATE conveyor.jobs
-        SET state = 'cancelled', finished_at = now(), cancel_requested_at = now(),
-            last_error = 'cancelled'
-        WHERE id = job
-        RETURNING * INTO j;
+        DELETE FROM conveyor.jobs_unfinished WHERE id = job;
+        j.state := 'cancelled';
+        j.finished_at := now();
+        j.cancel_requested_at := now();
+        j.last_error := 'cancelled';
+        INSERT INTO conveyor.jobs_cancelled SELECT (j).*;
         PERFORM pg_notify('conveyor.job_finished', j.id::text);
         PERFORM conveyor_internal.count_outcomes(ARRAY[j.queue], ARRAY[j.task], ARRAY['cancelled']);
         IF j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL THEN
             PERFORM conveyor_internal.after_finish(ARRAY[j.id]);
         END IF;
     ELSIF j.state = 'started' THEN
-        UPDATE conveyor.jobs SET cancel_requested_at = coalesce(cancel_requested_at, now())
+        UPDATE conveyor.jobs_unfinished SET cancel_requested_at = coalesce(cancel_requested_at, now())
         WHERE id = job;
         PERFORM pg_notify('conveyor.job_cancel', j.id::text);
     END IF;

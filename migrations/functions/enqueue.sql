@@ -19,6 +19,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     new_id uuid := coalesce(enqueue.id, conveyor.uuid_v7());
 BEGIN
+    -- A finished job keeps its id too, in a partition the insert's
+    -- conflict check does not see (migration V8).
+    IF enqueue.id IS NOT NULL AND EXISTS (SELECT 1 FROM conveyor.jobs j WHERE j.id = enqueue.id) THEN
+        RETURN new_id;
+    END IF;
     PERFORM conveyor_internal.insert_job_specs(jsonb_build_array(jsonb_build_object(
         'id', new_id,
         'queue', enqueue.queue,

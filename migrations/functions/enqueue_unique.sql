@@ -1,6 +1,10 @@
 -- enqueue_unique() said "inserted" when the caller-given id already existed.
 -- It now looks for that id first and reports it as a duplicate.
-CREATE OR REPLACE FUNCTION conveyor_internal.enqueue_unique(spec jsonb, key text, ttl interval)
+-- id_may_exist: the caller chose the id, or an earlier try may have
+-- inserted it: look for it among all jobs (finished ones live in other
+-- partitions than new ones: migration V8, and a lookup by id reads them all).
+CREATE OR REPLACE FUNCTION conveyor_internal.enqueue_unique(
+    spec jsonb, key text, ttl interval, id_may_exist boolean)
 RETURNS TABLE (id uuid, state text, inserted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -9,15 +13,17 @@ DECLARE
                                                 spec->>'task', coalesce(spec->'args', '{}'::jsonb)));
     holder uuid;
 BEGIN
-    RETURN QUERY SELECT j.id, j.state, false FROM conveyor.jobs j WHERE j.id = new_id;
-    IF FOUND THEN
-        RETURN;
+    IF id_may_exist THEN
+        RETURN QUERY SELECT j.id, j.state, false FROM conveyor.jobs j WHERE j.id = new_id;
+        IF FOUND THEN
+            RETURN;
+        END IF;
     END IF;
     IF ttl IS NULL THEN
         LOOP
             PERFORM conveyor_internal.insert_job_specs(
                 jsonb_build_array(spec || jsonb_build_object('unique_key', k)), NULL);
-            RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs j WHERE j.id = new_id;
+            RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs_unfinished j WHERE j.id = new_id;
             IF FOUND THEN
                 RETURN;
             END IF;
@@ -44,9 +50,9 @@ BEGIN
     END IF;
     PERFORM conveyor_internal.insert_job_specs(jsonb_build_array(
         spec || jsonb_build_object('unique_key', k, 'unique_until', now() + ttl)), NULL);
-    RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs j WHERE j.id = new_id;
+    RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs_unfinished j WHERE j.id = new_id;
 END
 $$;
 
-COMMENT ON FUNCTION conveyor_internal.enqueue_unique(jsonb, text, interval) IS
+COMMENT ON FUNCTION conveyor_internal.enqueue_unique(jsonb, text, interval, boolean) IS
     'Enqueue a job spec unless another job holds its uniqueness key; returns the job that does.';

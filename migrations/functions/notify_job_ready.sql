@@ -1,5 +1,6 @@
--- Trigger function of jobs_notify_job_ready: wakes idle workers once per
--- inserting statement and queue. The payload is {"queue": ..., "scheduled":
+-- Trigger function of jobs_notify_job_ready (inserts naming conveyor.jobs)
+-- and jobs_unfinished_notify_job_ready (naming conveyor.jobs_unfinished):
+-- wakes idle workers once per inserting statement and queue. The payload is {"queue": ..., "scheduled":
 -- ...}; "scheduled" tells workers to look up the next run_at. PostgreSQL folds
 -- identical notifications of one transaction into one, so a transaction that
 -- enqueues many jobs sends at most two per queue, delivered at commit.
@@ -20,7 +21,9 @@ BEGIN
     END IF;
     PERFORM pg_notify(TG_TABLE_SCHEMA || '.job_ready',
                       json_build_object('queue', q.queue, 'scheduled', q.scheduled)::text)
-    FROM (SELECT DISTINCT queue, state <> 'pending' AS scheduled FROM new_jobs) AS q;
+    FROM (SELECT DISTINCT queue, state <> 'pending' AS scheduled FROM new_jobs
+          -- (A finished or started row written by hand wakes nobody.)
+          WHERE state IN ('pending', 'scheduled', 'retry')) AS q;
     RETURN NULL;
 END
 $$;

@@ -1,5 +1,6 @@
--- Trigger function of jobs_ready_insert: every job an INSERT or COPY into
--- conveyor.jobs stores as pending gets its row in conveyor.ready, in one
+-- Trigger function of jobs_ready_insert and jobs_unfinished_ready_insert:
+-- every job an INSERT or COPY into conveyor.jobs or jobs_unfinished stores
+-- as pending gets its row in conveyor.ready, in one
 -- statement per inserting statement.
 CREATE OR REPLACE FUNCTION conveyor_internal.ready_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -17,20 +17,24 @@ BEGIN
                   AND o.state IN ('scheduled', 'pending', 'started', 'retry')))
         ORDER BY k.slot, j.id
     ),
-    requeued AS (
-        UPDATE conveyor.jobs
-        SET state = 'pending', attempt = 0, run_at = now(), finished_at = NULL,
-            started_at = NULL, cancel_requested_at = NULL, result = NULL,
-            retry_backoff = NULL
+    -- Out of the final state's table, back into jobs_unfinished (migration
+    -- V8), whose insert triggers give each job its ready-ring row and wake
+    -- the workers of its queue.
+    taken AS (
+        DELETE FROM conveyor.jobs
         WHERE id = ANY(ARRAY(SELECT id FROM candidates)) AND state IN ('failure', 'cancelled')
-        RETURNING queue
+        RETURNING *
     ),
-    woken AS (
-        SELECT pg_notify('conveyor.job_ready',
-                         json_build_object('queue', q.queue, 'scheduled', false)::text)
-        FROM (SELECT DISTINCT queue FROM requeued) AS q
+    requeued AS (
+        INSERT INTO conveyor.jobs_unfinished
+        SELECT id, queue, task, args, headers, 'pending', priority, now(), 0, max_retries,
+               retry_backoff_base, NULL, timeout, NULL, NULL, NULL, last_error, errors,
+               created_at, NULL, NULL, workflow_id, workflow_index, on_success, on_error,
+               NULL, unique_key, unique_until, lease_token
+        FROM taken
+        RETURNING 1
     )
-    SELECT (SELECT count(*) FROM requeued) + 0 * (SELECT count(*) FROM woken) INTO n;
+    SELECT count(*) FROM requeued INTO n;
     RETURN n;
 END
 $$;

@@ -42,6 +42,9 @@ BEGIN
         CONTINUE WHEN EXISTS (
             SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
             WHERE l.relation = slot_table AND l.granted AND l.pid <> pg_backend_pid()
+              -- (pg_locks shows every database's locks, and databases made
+              -- from one template share their tables' oids.)
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
               AND a.xact_start < statement_timestamp() - interval '1 second');
         -- Too many rows to carry: checked before taking any lock.
         EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT $1 + 1) AS r', slot_table)

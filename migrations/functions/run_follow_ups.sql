@@ -6,6 +6,10 @@
 -- is spawned only while the workflow it belongs to is still running: a
 -- member re-queued after its workflow ended runs alone, and the workflow
 -- keeps the outcome it had.
+--
+-- The jobs of `finished` ended in the caller's transaction, so they sit in
+-- the day tables of now() (migration V8): looking only there spares a probe
+-- of every day kept. A chord's members all finished after it was created.
 CREATE OR REPLACE FUNCTION conveyor_internal.run_follow_ups(finished uuid[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -19,6 +23,8 @@ BEGIN
         WITH RECURSIVE touched AS (
             SELECT workflow_id AS id FROM conveyor.jobs
             WHERE id = ANY(finished) AND workflow_id IS NOT NULL
+              AND state IN ('success', 'failure', 'cancelled')
+              AND finished_at >= now() - interval '1 hour'
             UNION
             SELECT p.parent_id FROM conveyor.workflows p JOIN touched t ON p.id = t.id
             WHERE p.parent_id IS NOT NULL
@@ -31,6 +37,7 @@ BEGIN
         SELECT id, task, state, result, last_error, workflow_id, workflow_index, on_success, on_error
         FROM conveyor.jobs
         WHERE id = ANY(finished) AND state IN ('success', 'failure', 'cancelled')
+          AND finished_at >= now() - interval '1 hour'
         ORDER BY id
     LOOP
         IF j.state = 'success' THEN
@@ -55,7 +62,8 @@ BEGIN
                 SELECT coalesce(jsonb_agg(coalesce(m.result, 'null'::jsonb) ORDER BY m.workflow_index), '[]'::jsonb)
                 INTO results
                 FROM conveyor.jobs m
-                WHERE m.workflow_id = w.id AND m.workflow_index IS NOT NULL;
+                WHERE m.workflow_id = w.id AND m.workflow_index IS NOT NULL
+                  AND (m.finished_at IS NULL OR m.finished_at >= w.created_at);
                 PERFORM conveyor_internal.spawn(w.on_complete, results);
             ELSIF (w.kind = 'group' AND w.succeeded = w.total) OR w.result_job_id = j.id THEN
                 PERFORM conveyor_internal.workflow_succeeded(w.id);

@@ -29,7 +29,7 @@ WITH room AS (
                $3::bigint,
                coalesce($7::int, $3::bigint),
                CASE WHEN $6::int IS NULL THEN $3::bigint
-                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs
+                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs_unfinished
                                     WHERE state = 'started' AND queue = $1) END)) AS n
 ),
 picked AS (
@@ -42,7 +42,7 @@ picked AS (
     FOR UPDATE SKIP LOCKED
 ),
 {delete_picked}
-UPDATE conveyor.jobs j
+UPDATE conveyor.jobs_unfinished j
 SET state = 'started',
     -- (Saturating: a hand-written attempt of 2^31 - 1 must not fail the claim.)
     attempt = least(j.attempt, 2147483646) + 1,

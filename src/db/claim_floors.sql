@@ -24,7 +24,7 @@ WITH room AS (
                $3::bigint,
                coalesce($7::int, $3::bigint),
                CASE WHEN $6::int IS NULL THEN $3::bigint
-                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs
+                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs_unfinished
                                     WHERE state = 'started' AND queue = $1) END)) AS n
 ),
 now_slot AS (
@@ -38,7 +38,7 @@ cand AS (
     LIMIT (SELECT n FROM room)
 ),
 {lock_and_take}
-UPDATE conveyor.jobs j
+UPDATE conveyor.jobs_unfinished j
 SET state = 'started',
     attempt = least(j.attempt, 2147483646) + 1,
     lease_token = (SELECT nextval('conveyor.lease_tokens')),

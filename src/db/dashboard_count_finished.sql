@@ -2,7 +2,7 @@
 -- match a list's filter (queue $2, task $3, args $4, error text $5,
 -- finished in the last $6 seconds; as dashboard_jobs_finished.sql), counted
 -- up to $7. Without args or error text it is an index-only count over
--- jobs_finished_idx, or jobs_finished_queue_idx / jobs_finished_task_idx
+-- the day tables' index on finished_at, or on (queue, finished_at) / (task, finished_at)
 -- when a queue or task is given (or a sequential scan, when the planner
 -- expects most rows to match). Not polled; run under a statement_timeout.
 SELECT count(*) FROM (

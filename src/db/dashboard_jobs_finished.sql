@@ -3,9 +3,10 @@
 -- and task ($3). Keyset paging on (finished_at, id): $4 and $5 are the last
 -- row of the previous page; $6 rows.
 --
--- The page's ids are found first, in order, from jobs_finished_idx (state,
--- finished_at), or from jobs_finished_queue_idx / jobs_finished_task_idx
--- (migrations/V1__baseline.sql) when a queue or task is given: those carry queue, task and id, so
+-- The page's ids are found first, in order, from the state's day tables
+-- (migration V8), merged newest first: their index on finished_at, or on
+-- (queue, finished_at) / (task, finished_at) when a queue or task is given:
+-- those carry queue, task and id, so
 -- even a queue-and-task pair that matches nothing is ruled out from the
 -- index alone. Then only the page's rows are read. A page costs about its
 -- own rows however many finished jobs are kept.
@@ -33,5 +34,6 @@ SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempt, j.max_retries,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
        left(j.last_error, 300) AS last_error
 FROM page p
-JOIN conveyor.jobs j ON j.id = p.id
+-- (The state and finish time name the row's partition: one probe each.)
+JOIN conveyor.jobs j ON j.id = p.id AND j.state = $1 AND j.finished_at = p.finished_at
 ORDER BY p.finished_at DESC, p.id DESC

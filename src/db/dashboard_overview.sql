@@ -6,7 +6,7 @@
 --     partial indexes (jobs_waiting_idx, jobs_running_idx): the cost follows
 --     the backlog, not the history;
 --   * finished jobs are counted over recent windows only, through
---     jobs_finished_idx (state, finished_at): successes over the last hour,
+--     the final states' day tables (migration V8), by finished_at: successes over the last hour,
 --     failures and cancellations (rare) over the last day, so the cost
 --     follows recent throughput, not how many finished jobs are kept.
 -- Run with fresh plans (not a prepared generic plan) so the literal states

@@ -49,9 +49,10 @@ async fn insert_jobs(
     conn: &mut PgConnection,
     q: &Queries,
     rows: &[InsertRow],
+    may_exist: bool,
 ) -> Result<Vec<Inserted>> {
     if let [row] = rows {
-        return Ok(vec![insert_job(conn, q, row).await?]);
+        return Ok(vec![insert_job(conn, q, row, may_exist).await?]);
     }
     let mut ids = Vec::with_capacity(rows.len());
     let mut queues = Vec::with_capacity(rows.len());
@@ -95,6 +96,7 @@ async fn insert_jobs(
         .bind(&timeouts)
         .bind(&on_success)
         .bind(&on_error)
+        .bind(may_exist)
         .fetch_all(&mut *conn)
         .await?;
     let mut fresh: std::collections::HashSet<JobId> = returned.into_iter().collect();
@@ -109,7 +111,11 @@ async fn insert_jobs(
 }
 
 /// Inserts `rows` on `conn`, one statement per [`BULK_CHUNK`] rows, and
-/// says of each, in input order, whether it was inserted. A job that was not
+/// says of each, in input order, whether it was inserted. `may_exist`: an
+/// earlier try may have inserted these jobs (and they may have finished
+/// since). A row whose id is that, or was given by the caller, is looked for
+/// among finished jobs too: only unfinished ones have an index that keeps
+/// ids unique (migration V8). A job that was not
 /// (its id existed, or came earlier in `rows`) is checked to exist with a
 /// fresh snapshot, in one more statement: an id that the insert found taken
 /// but that cannot be read (its job was deleted since) is
@@ -118,10 +124,12 @@ pub(crate) async fn insert_all(
     conn: &mut PgConnection,
     q: &Queries,
     rows: &[InsertRow],
+    may_exist: bool,
 ) -> Result<Vec<Inserted>> {
     let mut out = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(BULK_CHUNK) {
-        out.extend(insert_jobs(conn, q, chunk).await?);
+        let check = may_exist || chunk.iter().any(|row| !row.fresh_id);
+        out.extend(insert_jobs(conn, q, chunk, check).await?);
     }
     let skipped: Vec<JobId> = out
         .iter()
@@ -214,7 +222,12 @@ pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)])
 }
 
 /// [`insert_jobs`] for one row, with a statement that is cheap to plan.
-async fn insert_job(conn: &mut PgConnection, q: &Queries, row: &InsertRow) -> Result<Inserted> {
+async fn insert_job(
+    conn: &mut PgConnection,
+    q: &Queries,
+    row: &InsertRow,
+    may_exist: bool,
+) -> Result<Inserted> {
     let inserted: Option<JobId> = sqlx::query_scalar(q.insert_job)
         .bind(row.id)
         .bind(&row.queue)
@@ -229,6 +242,7 @@ async fn insert_job(conn: &mut PgConnection, q: &Queries, row: &InsertRow) -> Re
         .bind(row.timeout_secs)
         .bind(&row.on_success)
         .bind(&row.on_error)
+        .bind(may_exist)
         .fetch_optional(&mut *conn)
         .await?;
     // No row: the id exists; `insert_all` checks that it still does.
@@ -240,17 +254,21 @@ async fn insert_job(conn: &mut PgConnection, q: &Queries, row: &InsertRow) -> Re
 
 /// Enqueues one job spec under a uniqueness key (`None`: the default key
 /// from queue, task and args); `ttl` `None` means "until finished".
+/// `id_may_exist`: the caller chose the spec's id, or an earlier try may
+/// have inserted it (see [`insert_all`]).
 pub(crate) async fn enqueue_unique(
     conn: &mut PgConnection,
     q: &Queries,
     spec: &Value,
     key: Option<&str>,
     ttl_secs: Option<f64>,
+    id_may_exist: bool,
 ) -> Result<Inserted> {
     let row = sqlx::query(q.enqueue_unique)
         .bind(spec)
         .bind(key)
         .bind(ttl_secs)
+        .bind(id_may_exist)
         .fetch_one(&mut *conn)
         .await?;
     Ok(Inserted {

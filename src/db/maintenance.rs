@@ -70,6 +70,28 @@ pub(crate) async fn prune_stats(pool: &PgPool, q: &Queries, age_secs: f64) -> Re
         .rows_affected())
 }
 
+/// Drops the day tables of finished jobs in `state` whose whole day ended
+/// more than `age_secs` ago; returns how many (0 while another process is
+/// at it, or while a long transaction holds the state's table).
+pub(crate) async fn drop_history(
+    pool: &PgPool,
+    q: &Queries,
+    state: JobState,
+    age_secs: f64,
+) -> Result<i32> {
+    Ok(sqlx::query_scalar(q.drop_history)
+        .bind(state.as_str())
+        .bind(age_secs)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Creates the missing day tables of finished jobs for today and the next
+/// two days; returns how many.
+pub(crate) async fn create_history(pool: &PgPool, q: &Queries) -> Result<i32> {
+    Ok(sqlx::query_scalar(q.create_history).fetch_one(pool).await?)
+}
+
 /// What one statement of [`fold_stats`] did.
 #[derive(Debug, Clone, Copy, sqlx::FromRow)]
 pub(crate) struct Folded {
@@ -97,13 +119,16 @@ pub(crate) async fn stats_unfolded(pool: &PgPool, q: &Queries) -> Result<DateTim
 }
 
 /// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
-/// other process is pruning right now; `None` when one is.
+/// other process is pruning right now; `None` when one is. Without
+/// `by_row`, only those below the day tables (which
+/// [`drop_history`] drops whole).
 pub(crate) async fn prune(
     pool: &PgPool,
     q: &Queries,
     state: JobState,
     age_secs: f64,
     limit: i64,
+    by_row: bool,
 ) -> Result<Option<u64>> {
     let mut tx = pool.begin_with(super::BEGIN).await?;
     if !try_service_lock(&mut tx, q, "pruner").await? {
@@ -113,6 +138,7 @@ pub(crate) async fn prune(
         .bind(state.as_str())
         .bind(age_secs)
         .bind(limit)
+        .bind(by_row)
         .execute(&mut *tx)
         .await?
         .rows_affected();

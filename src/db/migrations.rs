@@ -45,6 +45,14 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/count_outcomes.sql"),
     ),
     (
+        "create_history_partitions",
+        include_str!("../../migrations/functions/create_history_partitions.sql"),
+    ),
+    (
+        "drop_history_partitions",
+        include_str!("../../migrations/functions/drop_history_partitions.sql"),
+    ),
+    (
         "due_at",
         include_str!("../../migrations/functions/due_at.sql"),
     ),
@@ -69,6 +77,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/histogram_add.sql"),
     ),
     (
+        "history_days_start",
+        include_str!("../../migrations/functions/history_days_start.sql"),
+    ),
+    (
         "initial_state",
         include_str!("../../migrations/functions/initial_state.sql"),
     ),
@@ -87,6 +99,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
     (
         "ready_insert",
         include_str!("../../migrations/functions/ready_insert.sql"),
+    ),
+    (
+        "ready_moved",
+        include_str!("../../migrations/functions/ready_moved.sql"),
     ),
     (
         "ready_slot",

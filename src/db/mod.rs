@@ -43,9 +43,9 @@ pub(crate) use inspect::{
 #[cfg(feature = "dashboard")]
 pub(crate) use maintenance::periodic_lock_name;
 pub(crate) use maintenance::{
-    AnnouncedSchedule, announce_periodic, fold_stats, periodic_last_slots, periodic_record_slot,
-    ping, prune, prune_leftovers, prune_stats, rescue, ring_blocker, rotate_ready, stats_unfolded,
-    try_lead_periodic,
+    AnnouncedSchedule, announce_periodic, create_history, drop_history, fold_stats,
+    periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
+    ring_blocker, rotate_ready, stats_unfolded, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
@@ -134,6 +134,8 @@ pub(crate) struct Queries {
     delete_jobs: &'static str,
     enqueued_jobs: &'static str,
     prune: &'static str,
+    drop_history: &'static str,
+    create_history: &'static str,
     prune_leftovers: &'static str,
     prune_stats: &'static str,
     fold_stats: &'static str,
@@ -250,6 +252,8 @@ impl Queries {
             delete_jobs: load(include_str!("delete_jobs.sql")),
             enqueued_jobs: load(include_str!("enqueued_jobs.sql")),
             prune: load(include_str!("prune.sql")),
+            drop_history: load(include_str!("drop_history.sql")),
+            create_history: load(include_str!("create_history.sql")),
             prune_leftovers: load(include_str!("prune_leftovers.sql")),
             prune_stats: load(include_str!("prune_stats.sql")),
             fold_stats: load(include_str!("fold_stats.sql")),

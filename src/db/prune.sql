@@ -1,9 +1,17 @@
 -- Delete up to $3 finished jobs in state $1 that finished more than $2
 -- seconds ago, oldest first. Small batches with SKIP LOCKED: never waits on
 -- (or blocks) a worker for long.
+--
+-- Finished jobs live in a table per day (migration V8): with a retention of
+-- a day or more ($4 false) the pruner drops those tables whole, and this
+-- deletes only jobs below the oldest of them (the default partition, jobs
+-- finished before V8); with less than a day ($4 true), it deletes every job
+-- past the retention, one by one.
 WITH doomed AS (
     SELECT id FROM conveyor.jobs
     WHERE state = $1 AND finished_at < now() - make_interval(secs => $2)
+      AND ($4::boolean
+           OR finished_at < coalesce(conveyor_internal.history_days_start($1), 'infinity'))
       -- Members of a workflow still running stay: its results need them.
       AND NOT EXISTS (SELECT 1 FROM conveyor.workflows w
                       WHERE w.id = conveyor.jobs.workflow_id AND w.state = 'running')
@@ -12,4 +20,4 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 )
 -- By primary key even under a cached generic plan (see claim.sql).
-DELETE FROM conveyor.jobs j WHERE j.id = ANY(ARRAY(SELECT id FROM doomed))
+DELETE FROM conveyor.jobs j WHERE j.id = ANY(ARRAY(SELECT id FROM doomed)) AND j.state = $1

@@ -1,22 +1,53 @@
 -- Give jobs back without spending an attempt (graceful shutdown), fenced on
 -- their (id, lease_token) and this worker's id: they become
 -- pending again and idle workers of their queues are woken. A job whose
--- cancellation was asked for ends cancelled instead: waiters hear of it, and
--- its workflow and callbacks are returned for conveyor_internal.after_finish(), which
--- the caller runs in the same transaction.
-WITH released AS (
-    UPDATE conveyor.jobs j SET
-        state = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
-        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
-        attempt = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempt - 1, 0) ELSE j.attempt END,
+-- cancellation was asked for ends cancelled instead (moved into
+-- jobs_cancelled, migration V8): waiters hear of it, and its workflow and
+-- callbacks are returned for conveyor_internal.after_finish(), which the
+-- caller runs in the same transaction. The held jobs are locked first, so
+-- what decides each one's fate is the row as it is now.
+WITH held AS (
+    SELECT j.id, j.cancel_requested_at IS NOT NULL AS cancel
+    FROM conveyor.jobs_unfinished j
+    JOIN unnest($1::uuid[], $2::bigint[]) AS r(id, lease_token)
+      ON j.id = r.id AND j.lease_token = r.lease_token
+    WHERE j.id = ANY($1::uuid[]) AND j.state = 'started' AND j.worker_id = $3
+    FOR UPDATE OF j
+),
+back AS (
+    UPDATE conveyor.jobs_unfinished j SET
+        state = 'pending',
+        attempt = greatest(j.attempt - 1, 0),
         lease_expires_at = NULL,
         lease_token = NULL,
         worker_id = NULL
-    FROM unnest($1::uuid[], $2::bigint[]) AS r(id, lease_token)
-    WHERE j.id = ANY($1::uuid[]) AND j.id = r.id AND j.lease_token = r.lease_token
-      AND j.state = 'started' AND j.worker_id = $3
-    RETURNING j.id, j.queue, j.task, j.state,
-              (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
+    WHERE j.id = ANY(ARRAY(SELECT id FROM held WHERE NOT cancel))
+    RETURNING j.id, j.queue, j.task, j.state, false AS follow_up
+),
+ended AS (
+    DELETE FROM conveyor.jobs_unfinished j
+    WHERE j.id = ANY(ARRAY(SELECT id FROM held WHERE cancel))
+    RETURNING j.id, j.queue, j.task, j.args, j.headers,
+        'cancelled'::text AS state,
+        j.priority, j.run_at, j.attempt, j.max_retries, j.retry_backoff_base,
+        j.retry_backoff, j.timeout,
+        NULL::timestamptz AS lease_expires_at,
+        NULL::text AS worker_id,
+        j.result, j.last_error, j.errors, j.created_at, j.started_at,
+        now() AS finished_at,
+        j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.cancel_requested_at,
+        j.unique_key, j.unique_until,
+        NULL::bigint AS lease_token
+),
+into_cancelled AS (
+    INSERT INTO conveyor.jobs_cancelled SELECT * FROM ended
+),
+released AS (
+    SELECT id, queue, task, state, follow_up FROM back
+    UNION ALL
+    SELECT id, queue, task, state,
+           (workflow_id IS NOT NULL OR on_success IS NOT NULL OR on_error IS NOT NULL)
+    FROM ended
 ),
 counted AS (
     -- The per-minute rollups (conveyor.stats): only jobs that ended (cancelled).

@@ -1,33 +1,70 @@
 -- Recover jobs whose lease expired: their worker died, hung, or lost the
 -- database. The attempt that was running counts: with retries left the job is
 -- runnable again at once, otherwise it fails with "lease expired". A job whose
--- cancellation was asked for ends cancelled.
+-- cancellation was asked for ends cancelled. The expired jobs are locked
+-- first (so what decides each one's fate is the row as it is now), then the
+-- runnable ones are updated in place and the ended ones moved into their
+-- final state's table (migration V8).
 WITH expired AS (
-    SELECT id FROM conveyor.jobs
+    SELECT id,
+           CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                WHEN attempt <= max_retries THEN 'pending'
+                ELSE 'failure' END AS new_state
+    FROM conveyor.jobs_unfinished
     WHERE state = 'started' AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ),
-rescued AS (
-    UPDATE conveyor.jobs j SET
-        state = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-                     WHEN j.attempt <= j.max_retries THEN 'pending'
-                     ELSE 'failure' END,
+again AS (
+    UPDATE conveyor.jobs_unfinished j SET
+        state = 'pending',
         last_error = 'lease expired',
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'at', now(), 'error', 'lease expired',
             'worker_id', j.worker_id)),
-        run_at = CASE WHEN j.attempt <= j.max_retries THEN now() ELSE j.run_at END,
-        finished_at = CASE WHEN j.attempt <= j.max_retries AND j.cancel_requested_at IS NULL
-                           THEN NULL ELSE now() END,
+        run_at = now(),
         lease_expires_at = NULL,
         -- The claim ended without its worker: its token no longer counts.
         lease_token = NULL,
         worker_id = NULL
-    WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
-    RETURNING j.id, j.queue, j.task, j.state,
-              (j.workflow_id IS NOT NULL OR j.on_success IS NOT NULL OR j.on_error IS NOT NULL) AS follow_up
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired WHERE new_state = 'pending'))
+    RETURNING j.id, j.queue, j.task, j.state, false AS follow_up
+),
+ended AS (
+    DELETE FROM conveyor.jobs_unfinished j
+    USING expired e
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired WHERE new_state <> 'pending'))
+      AND e.id = j.id
+    RETURNING j.id, j.queue, j.task, j.args, j.headers,
+        e.new_state AS state,
+        j.priority, j.run_at, j.attempt, j.max_retries, j.retry_backoff_base,
+        j.retry_backoff, j.timeout,
+        NULL::timestamptz AS lease_expires_at,
+        NULL::text AS worker_id,
+        j.result,
+        'lease expired'::text AS last_error,
+        j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'at', now(), 'error', 'lease expired',
+            'worker_id', j.worker_id)) AS errors,
+        j.created_at, j.started_at,
+        now() AS finished_at,
+        j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.cancel_requested_at,
+        j.unique_key, j.unique_until,
+        NULL::bigint AS lease_token
+),
+into_failure AS (
+    INSERT INTO conveyor.jobs_failure SELECT * FROM ended WHERE state = 'failure'
+),
+into_cancelled AS (
+    INSERT INTO conveyor.jobs_cancelled SELECT * FROM ended WHERE state = 'cancelled'
+),
+rescued AS (
+    SELECT id, queue, task, state, follow_up FROM again
+    UNION ALL
+    SELECT id, queue, task, state,
+           (workflow_id IS NOT NULL OR on_success IS NOT NULL OR on_error IS NOT NULL)
+    FROM ended
 ),
 counted AS (
     -- The per-minute rollups (conveyor.stats): rescued, and failed or cancelled.

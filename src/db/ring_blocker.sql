@@ -8,6 +8,9 @@ FROM pg_locks l
 JOIN pg_inherits i ON i.inhrelid = l.relation AND i.inhparent = 'conveyor.ready'::regclass
 JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.granted AND l.pid <> pg_backend_pid()
+  -- pg_locks shows every database's locks, and databases made from one
+  -- template share their tables' oids.
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND a.xact_start < now() - make_interval(secs => $1)
 ORDER BY a.xact_start
 LIMIT 1

@@ -1,8 +1,14 @@
-//! The pruner: deletes finished jobs once they are older than the retention
-//! set for their final state (and outcome rollups past theirs), in small batches (one process at a time, by
-//! advisory lock; `SKIP LOCKED` keeps it out of the workers' way). It also
-//! folds the rollups' shards of past minutes into one row (see
-//! [`fold_stats`]).
+//! The pruner: removes finished jobs once they are older than the retention
+//! set for their final state (and outcome rollups past theirs). Finished
+//! jobs live in a table per UTC day (migration V8): a day's table is dropped
+//! whole once all of it is past the retention, so with a retention of a day
+//! or more a job is kept at least that long and at most a day longer. Jobs
+//! outside the day tables (finished before V8, or written by hand with an
+//! odd `finished_at`), and every job under a retention shorter than a day,
+//! are deleted one by one in small batches (one process at a time, by
+//! advisory lock; `SKIP LOCKED` keeps it out of the workers' way). Each pass
+//! also creates the day tables of the next days, and folds the rollups'
+//! shards of past minutes into one row (see [`fold_stats`]).
 
 use std::time::Duration;
 
@@ -21,6 +27,8 @@ const BATCH: i64 = 1_000;
 ///
 /// The default keeps successes and cancellations for 7 days and failures
 /// (the dead letter) for 30 days: long enough to debug and to re-queue.
+/// A retention of a day or more is applied by dropping whole days (a job
+/// may stay up to a day longer); a shorter one deletes jobs one by one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retention {
     /// Jobs that succeeded.
@@ -66,23 +74,45 @@ impl Retention {
     }
 }
 
-/// One full pass: deletes every job past its retention (batch by batch),
-/// then workflows and unique keys left behind. Returns how many jobs were
-/// deleted (0 if another process was pruning).
-pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<u64> {
+/// What a pruning pass removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Jobs deleted one by one.
+    pub deleted: u64,
+    /// Day tables of finished jobs dropped whole (see [`Retention`]).
+    pub dropped_days: u64,
+}
+
+/// A day: retentions from this long on drop whole day tables.
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// One full pass: creates the coming days' tables, drops the days past their
+/// retention, deletes every other job past it (batch by batch), then
+/// workflows and unique keys left behind. Nothing is deleted one by one
+/// while another process is pruning.
+pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<Pruned> {
     let inner = &client.inner;
-    let mut deleted = 0;
+    let mut pruned = Pruned::default();
+    db::create_history(&inner.pool, inner.queries).await?;
     for (state, keep) in retention.rules() {
         let Some(keep) = keep else { continue };
+        let by_row = keep < DAY;
+        if !by_row {
+            let dropped =
+                db::drop_history(&inner.pool, inner.queries, state, keep.as_secs_f64()).await?;
+            pruned.dropped_days += u64::try_from(dropped).unwrap_or(0);
+        }
         loop {
-            match db::prune(&inner.pool, inner.queries, state, keep.as_secs_f64(), BATCH).await? {
+            let secs = keep.as_secs_f64();
+            match db::prune(&inner.pool, inner.queries, state, secs, BATCH, by_row).await? {
                 Some(n) => {
-                    deleted += n;
+                    pruned.deleted += n;
                     if n < BATCH as u64 {
                         break;
                     }
                 }
-                None => return Ok(deleted),
+                None => return Ok(pruned),
             }
         }
     }
@@ -92,7 +122,7 @@ pub(crate) async fn prune(client: &Client, retention: &Retention) -> Result<u64>
     if let Some(keep) = retention.stats {
         db::prune_stats(&inner.pool, inner.queries, keep.as_secs_f64()).await?;
     }
-    Ok(deleted)
+    Ok(pruned)
 }
 
 /// Folds the shards of the rollups (`conveyor.stats`) of minutes more than
@@ -142,8 +172,14 @@ pub(crate) async fn run(
         tick.tick().await;
         checkpoint();
         match prune(&client, &retention).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "conveyor: pruned finished jobs"),
+            Ok(Pruned {
+                deleted: 0,
+                dropped_days: 0,
+            }) => {}
+            Ok(Pruned {
+                deleted,
+                dropped_days,
+            }) => tracing::info!(deleted, dropped_days, "conveyor: pruned finished jobs"),
             Err(error) => tracing::warn!(%error, "conveyor: pruning failed"),
         }
         match fold_stats(&client, &mut folded_until).await {
@@ -155,10 +191,11 @@ pub(crate) async fn run(
 }
 
 impl Client {
-    /// Deletes finished jobs older than `retention` allows, now (workers do
-    /// this periodically, see [`crate::WorkerBuilder::retention`]). Returns
-    /// how many jobs were deleted.
-    pub async fn prune(&self, retention: &Retention) -> Result<u64> {
+    /// Removes finished jobs older than `retention` allows, now (workers do
+    /// this periodically, see [`crate::WorkerBuilder::retention`]): drops
+    /// the day tables wholly past it, deletes the other jobs past it one by
+    /// one. Returns what it removed.
+    pub async fn prune(&self, retention: &Retention) -> Result<Pruned> {
         prune(self, retention).await
     }
 }

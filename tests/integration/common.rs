@@ -22,11 +22,12 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// A new, migrated database.
+    /// A new, migrated database: a copy of a migrated template (see
+    /// [`template`]), which is much cheaper than migrating every test's
+    /// database (the schema makes a few dozen tables and indexes).
     pub async fn new() -> TestDb {
-        let db = TestDb::empty().await;
-        conveyor::migrate(&db.pool).await.expect("migrate");
-        db
+        let template = template().await;
+        TestDb::create(&format!("TEMPLATE {template}")).await
     }
 
     /// A URL for this database.
@@ -40,13 +41,19 @@ impl TestDb {
 
     /// A new database without Conveyor's schema.
     pub async fn empty() -> TestDb {
+        TestDb::create("").await
+    }
+
+    async fn create(options: &str) -> TestDb {
         let name = format!("conveyor_test_{}", uuid::Uuid::new_v4().simple());
         let admin = PgConnectOptions::from_str(&base_url()).expect("DATABASE_URL");
         let mut conn = admin.connect().await.expect("connect to PostgreSQL");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .expect("create test database");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {name} {options}"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
         conn.close().await.ok();
         let pool = PgPoolOptions::new()
             .max_connections(8)
@@ -57,6 +64,92 @@ impl TestDb {
         let client = Client::new(pool.clone());
         TestDb { pool, client, name }
     }
+}
+
+/// The name of a database migrated with this build's migrations, made once
+/// (per set of migrations: the name carries a hash of their files) by the
+/// first test that needs it, under an advisory lock so that concurrent test
+/// processes make it once. It is marked ready only once migrated, so a
+/// half-made one (a killed run) is made again. Templates of other builds
+/// older than a day are dropped on the way.
+async fn template() -> String {
+    static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    TEMPLATE
+        .get_or_init(|| async {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+            for sub in [dir.to_string(), format!("{dir}/functions")] {
+                let mut files: Vec<_> = std::fs::read_dir(&sub)
+                    .expect("migrations")
+                    .map(|e| e.expect("migration file").path())
+                    .filter(|p| p.is_file())
+                    .collect();
+                files.sort();
+                for file in files {
+                    std::fs::read_to_string(&file).expect("migration").hash(&mut hasher);
+                }
+            }
+            let name = format!("conveyor_template_{:016x}", hasher.finish());
+            let admin = PgConnectOptions::from_str(&base_url()).expect("DATABASE_URL");
+            let mut conn = admin.connect().await.expect("connect to PostgreSQL");
+            let exec = |sql: String| sqlx::raw_sql(sqlx::AssertSqlSafe(sql));
+            exec("SELECT pg_advisory_lock(hashtext('conveyor test template'))".into())
+                .execute(&mut conn)
+                .await
+                .expect("template lock");
+            let stale: Vec<String> = sqlx::query_scalar(
+                "SELECT datname::text FROM pg_database
+                 WHERE datname LIKE 'conveyor_template_%' AND datname <> $1
+                   AND coalesce(substring(shobj_description(oid, 'pg_database') FROM 'ready ([0-9]+)')::bigint, 0)
+                       < extract(epoch FROM now() - interval '1 day')",
+            )
+            .bind(&name)
+            .fetch_all(&mut conn)
+            .await
+            .expect("list templates");
+            for old in stale {
+                let _ = exec(format!("DROP DATABASE IF EXISTS {old} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await;
+            }
+            let ready: Option<bool> = sqlx::query_scalar(
+                "SELECT coalesce(shobj_description(oid, 'pg_database') LIKE 'ready %', false)
+                 FROM pg_database WHERE datname = $1",
+            )
+            .bind(&name)
+            .fetch_optional(&mut conn)
+            .await
+            .expect("find template");
+            if ready != Some(true) {
+                exec(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("drop half-made template");
+                exec(format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create template");
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(admin.clone().database(&name))
+                    .await
+                    .expect("connect to template");
+                conveyor::migrate(&pool).await.expect("migrate template");
+                pool.close().await;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                exec(format!("COMMENT ON DATABASE {name} IS 'ready {now}'"))
+                .execute(&mut conn)
+                .await
+                .expect("mark template ready");
+            }
+            conn.close().await.ok();
+            name
+        })
+        .await
+        .clone()
 }
 
 impl Drop for TestDb {

@@ -626,6 +626,43 @@ async fn an_enqueue_whose_acknowledgement_is_lost_returns_ok_and_inserts_once() 
     }
 }
 
+/// Defect 8 again, with finished jobs kept apart (migration V8): an enqueue
+/// whose acknowledgement was lost, retried only after its job already ran
+/// and finished. The retry must find the finished job, not insert it again
+/// (only unfinished jobs share an index on id).
+#[tokio::test]
+async fn an_enqueue_retried_after_its_job_finished_inserts_it_once() {
+    let db = TestDb::new().await;
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let client = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let task = format!("lost-then-done-{}", uuid::Uuid::new_v4().simple());
+    proxy.lose_next_reply_to_then_cut(task.as_bytes());
+    let enqueue = tokio::spawn({
+        let (client, task) = (client.clone(), task.clone());
+        async move { client.enqueue(NewJob::new(task, json!(1))).await }
+    });
+    eventually(WAIT, "the reply is lost", || async {
+        proxy.fired().then_some(())
+    })
+    .await;
+    // The job committed; a worker on a direct connection runs it while the
+    // enqueue waits for the network.
+    let worker = Worker::builder(&db.client)
+        .register_fn(task.clone(), |_ctx, args| async move { Ok(args) })
+        .start()
+        .unwrap();
+    let done = format!("task = '{task}' AND state = 'success'");
+    eventually(WAIT, "the job ran and finished", || async {
+        (count_jobs(&db.pool, &done).await == 1).then_some(())
+    })
+    .await;
+    proxy.heal();
+    let handle = enqueue.await.unwrap().unwrap();
+    assert!(!handle.is_duplicate(), "the job is the call's own");
+    assert_eq!(count_jobs(&db.pool, &format!("task = '{task}'")).await, 1);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
 /// Defect 5, second half: an outcome PostgreSQL refuses (here a trigger of
 /// the user's) is split out of its batch: the other outcomes are stored,
 /// and the refused job is stored as a failure that says why.
@@ -635,7 +672,7 @@ async fn an_outcome_postgres_refuses_fails_alone_and_its_batch_is_stored() {
     sqlx::raw_sql(
         r#"CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN RAISE EXCEPTION 'no success for %', NEW.args; END $$;
-           CREATE TRIGGER refuse BEFORE UPDATE ON conveyor.jobs FOR EACH ROW
+           CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON conveyor.jobs FOR EACH ROW
            WHEN (NEW.state = 'success' AND NEW.args = '"refuse me"') EXECUTE FUNCTION refuse();"#,
     )
     .execute(&db.pool)

@@ -13,6 +13,7 @@ mod enqueue;
 mod faults;
 mod group_commit;
 mod guarantees;
+mod history;
 mod host_list;
 mod insert_paths;
 #[cfg(feature = "metrics")]

@@ -125,6 +125,6 @@ pub async fn prune_jobs(client: &Client, pool: &PgPool) {
         stats: None,
     };
     let kept = count_jobs(pool, "true").await;
-    assert_eq!(client.prune(&jobs_only).await.unwrap() as i64, kept);
+    assert_eq!(client.prune(&jobs_only).await.unwrap().deleted as i64, kept);
     assert_eq!(count_jobs(pool, "true").await, 0);
 }

@@ -28,6 +28,8 @@ struct Shared {
     freeze: Mutex<Option<Vec<u8>>>,
     freeze_more: AtomicUsize,
     fired: AtomicBool,
+    /// Cut the network as soon as a lost acknowledgement fires.
+    cut_when_fired: AtomicBool,
     accepted: AtomicUsize,
     /// Connection tasks, to abort on `kill_all` and on drop.
     conns: Mutex<Vec<AbortHandle>>,
@@ -58,6 +60,7 @@ impl Proxy {
             freeze: Mutex::new(None),
             freeze_more: AtomicUsize::new(0),
             fired: AtomicBool::new(false),
+            cut_when_fired: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             conns: Mutex::new(Vec::new()),
         });
@@ -99,6 +102,13 @@ impl Proxy {
     /// absent once the statement is cached on that connection).
     pub fn lose_next_reply_to(&self, needle: &[u8]) {
         *lock(&self.shared.armed) = Some(needle.to_vec());
+    }
+
+    /// `lose_next_reply_to`, and the network is cut (as by `cut`) the
+    /// moment the reply is dropped, so the client's retry waits for `heal`.
+    pub fn lose_next_reply_to_then_cut(&self, needle: &[u8]) {
+        self.shared.cut_when_fired.store(true, Ordering::SeqCst);
+        self.lose_next_reply_to(needle);
     }
 
     /// Arms a one-shot partition of one connection: the next client→server
@@ -213,6 +223,9 @@ async fn pump(
             std::future::pending::<()>().await;
         }
         if !upstream && flags.lose.load(Ordering::SeqCst) {
+            if shared.cut_when_fired.swap(false, Ordering::SeqCst) {
+                shared.cut.send_replace(true);
+            }
             shared.fired.store(true, Ordering::SeqCst);
             return None;
         }

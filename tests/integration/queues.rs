@@ -363,7 +363,8 @@ async fn the_pruner_removes_exactly_the_rows_past_their_age() {
         .client
         .prune(&conveyor::Retention::default())
         .await
-        .unwrap();
+        .unwrap()
+        .deleted;
     assert_eq!(deleted, gone.len() as u64);
     let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM conveyor.jobs ORDER BY id")
         .fetch_all(&db.pool)
@@ -377,13 +378,13 @@ async fn the_pruner_removes_exactly_the_rows_past_their_age() {
             .prune(&conveyor::Retention::forever())
             .await
             .unwrap(),
-        0
+        conveyor::Pruned::default()
     );
     let short = conveyor::Retention {
         success: Some(Duration::from_secs(86_400)),
         ..conveyor::Retention::forever()
     };
-    assert_eq!(db.client.prune(&short).await.unwrap(), 2);
+    assert_eq!(db.client.prune(&short).await.unwrap().deleted, 2);
     assert_eq!(count_jobs(&db.pool, "state = 'success'").await, 0);
     assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 2);
 }

@@ -150,13 +150,18 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
     assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
     // The horizon was held all along: VACUUM could not remove the old
     // versions of the jobs (claim and outcome leave one each).
-    for sql in ["CREATE EXTENSION pgstattuple", "VACUUM conveyor.jobs"] {
+    // (Unfinished jobs live in conveyor.jobs_unfinished: migration V8.)
+    for sql in [
+        "CREATE EXTENSION pgstattuple",
+        "VACUUM conveyor.jobs_unfinished",
+    ] {
         sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
     }
-    let dead: i64 = sqlx::query_scalar("SELECT dead_tuple_count FROM pgstattuple('conveyor.jobs')")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let dead: i64 =
+        sqlx::query_scalar("SELECT dead_tuple_count FROM pgstattuple('conveyor.jobs_unfinished')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert!(dead >= 40_000, "{dead} dead versions");
     eprintln!(
         "claim after 20,000 jobs under a held snapshot: {buffers} pages; {dead} dead versions"
@@ -271,6 +276,60 @@ async fn rotation_carries_unclaimed_jobs_forward() {
     assert_eq!(size, 0, "{first} was truncated");
     worker.shutdown(WAIT).await.unwrap();
     assert_eq!(count_jobs(&db.pool, "state = 'pending'").await, 1);
+}
+
+/// Databases made from one template (or restored from one dump) share
+/// their tables' oids, and `pg_locks` lists every database's locks: a long
+/// transaction holding the ring in one database must not stop rotation in
+/// another (it did: the rotator matched locks by oid alone).
+#[tokio::test]
+async fn a_reader_of_another_database_does_not_hold_this_ring() {
+    let (db, other) = (TestDb::new().await, TestDb::new().await);
+    let oid = "SELECT 'conveyor.ready_0'::regclass::oid::bigint";
+    let (a, b): (i64, i64) = (
+        sqlx::query_scalar(oid).fetch_one(&db.pool).await.unwrap(),
+        sqlx::query_scalar(oid)
+            .fetch_one(&other.pool)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(a, b, "both made from the test template");
+    let mut reader = PgConnection::connect(&other.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT count(*) FROM conveyor.ready;")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    // Older than the rotator's one second.
+    sqlx::raw_sql("SELECT pg_sleep(1.2)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let id = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})).queue("nobody"))
+        .await
+        .unwrap()
+        .id();
+    let slot_of = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT tableoid::regclass::text FROM conveyor.ready WHERE job_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let first = slot_of().await;
+    let worker = start(&db);
+    eventually(WAIT, "the job carried to another slot", || async {
+        (slot_of().await != first).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut reader)
+        .await
+        .unwrap();
 }
 
 /// A session that read the ring and left its transaction open holds a lock

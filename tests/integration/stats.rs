@@ -125,7 +125,7 @@ async fn rollups_count_what_the_jobs_table_shows_and_outlive_pruning() {
         cancelled: Some(Duration::ZERO),
         stats: None,
     };
-    assert_eq!(c.prune(&jobs_only).await.unwrap(), 31);
+    assert_eq!(c.prune(&jobs_only).await.unwrap().deleted, 31);
     assert_eq!(count_jobs(&db.pool, "true").await, 0);
     let after = c.stats(&whole_hour()).await.unwrap();
     assert_eq!(after, points, "rollups outlive the jobs");

@@ -195,14 +195,15 @@ async fn leases_are_renewed_while_a_job_runs() {
     })
     .await;
     // Renewals change no indexed column, so they are HOT updates (one row
-    // version on the same page, no index entry; migration V4): claims and
+    // version on the same page, no index entry; migration V4) of
+    // conveyor.jobs_unfinished (migration V8): claims and
     // outcomes change `state` and never are, so any HOT update here is a
     // renewal. (The server's statistics reach the view within a second or
     // so of the worker's transactions.)
     eventually(WAIT, "lease renewals are HOT updates", || async {
         let hot: i64 = sqlx::query_scalar(
             "SELECT n_tup_hot_upd FROM pg_stat_user_tables
-             WHERE schemaname = 'conveyor' AND relname = 'jobs'",
+             WHERE schemaname = 'conveyor' AND relname = 'jobs_unfinished'",
         )
         .fetch_one(&db.pool)
         .await
