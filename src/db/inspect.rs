@@ -1,36 +1,67 @@
 //! Reading and acting on jobs by id or filter: fetch, list, statistics, cancel,
 //! re-queue, delete.
 
+use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryScalar;
-use sqlx::{PgConnection, PgExecutor, Postgres};
+use sqlx::{PgConnection, PgExecutor, PgPool, Postgres};
 
 use super::{Queries, parse_state};
 use crate::error::Result;
 use crate::job::{Job, JobId, JobState};
 use crate::records::{StatsPoint, StatsQuery};
 
-pub(crate) async fn fetch_job<'e>(
-    exec: impl PgExecutor<'e>,
-    q: &Queries,
-    id: JobId,
-) -> Result<Option<Job>> {
-    Ok(sqlx::query_as::<_, Job>(q.fetch_job)
+/// The earliest time a job with this id can have finished, when the id
+/// carries its creation time (a UUIDv7, as every id the library makes): a
+/// day before that time, a margin for a client clock ahead of the server's.
+/// `None` for other ids. A wrong guess (an id chosen with a later time, a
+/// row written by hand) costs only a second lookup: see [`fetch_job`].
+fn finished_since(id: JobId) -> Option<DateTime<Utc>> {
+    if id.get_version_num() != 7 {
+        return None;
+    }
+    let (secs, nanos) = id.get_timestamp()?.to_unix();
+    let created = DateTime::from_timestamp(i64::try_from(secs).ok()?, nanos)?;
+    created.checked_sub_signed(TimeDelta::days(1))
+}
+
+/// A job by id. Finished jobs live in day tables; with a time-ordered id
+/// the first lookup reads only the days since its creation, and only a
+/// miss reads every partition's id index.
+pub(crate) async fn fetch_job(pool: &PgPool, q: &Queries, id: JobId) -> Result<Option<Job>> {
+    if let Some(since) = finished_since(id) {
+        let found = sqlx::query_as::<_, Job>(q.fetch_job)
+            .bind(id)
+            .bind(since)
+            .fetch_optional(pool)
+            .await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(sqlx::query_as::<_, Job>(q.fetch_job_anywhere)
         .bind(id)
-        .fetch_optional(exec)
+        .fetch_optional(pool)
         .await?)
 }
 
-pub(crate) async fn fetch_state<'e>(
-    exec: impl PgExecutor<'e>,
-    q: &Queries,
-    id: JobId,
-) -> Result<Option<JobState>> {
-    let state: Option<String> = sqlx::query_scalar(q.fetch_state)
-        .bind(id)
-        .fetch_optional(exec)
-        .await?;
+/// A job's state by id, looked up as [`fetch_job`] does.
+pub(crate) async fn fetch_state(pool: &PgPool, q: &Queries, id: JobId) -> Result<Option<JobState>> {
+    let mut state: Option<String> = None;
+    if let Some(since) = finished_since(id) {
+        state = sqlx::query_scalar(q.fetch_state)
+            .bind(id)
+            .bind(since)
+            .fetch_optional(pool)
+            .await?;
+    }
+    if state.is_none() {
+        state = sqlx::query_scalar(q.fetch_state_anywhere)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    }
     state.as_deref().map(parse_state).transpose()
 }
 

@@ -326,3 +326,63 @@ async fn migration_v8_keeps_every_job_and_the_queue_runs_on() {
     .await;
     worker.shutdown(WAIT).await.unwrap();
 }
+
+/// A lookup by id reads only the day tables since the id's time when the id
+/// carries one; every other job must still be found: an id chosen without a
+/// time (v4), one whose time is later than the job's end (chosen by the
+/// caller, or a row written by hand), and a waiting job.
+#[tokio::test]
+async fn a_job_is_found_by_id_whatever_time_its_id_carries() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    let w = start(&db);
+    let made = c.enqueue(NewJob::new("ok", json!(1))).await.unwrap();
+    let v4 = c
+        .enqueue(NewJob::new("ok", json!(2)).id(uuid::Uuid::new_v4()))
+        .await
+        .unwrap();
+    // An id whose time is a year from now: the job ends long before it.
+    let year = std::time::SystemTime::now() + Duration::from_secs(366 * 86_400);
+    let secs = year
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let ts = uuid::Timestamp::from_unix(uuid::NoContext, secs, 0);
+    let later = c
+        .enqueue(NewJob::new("ok", json!(3)).id(uuid::Uuid::new_v7(ts)))
+        .await
+        .unwrap();
+    for h in [&made, &v4, &later] {
+        h.wait(WAIT).await.unwrap();
+    }
+    w.shutdown(WAIT).await.unwrap();
+    // A row written by hand into last week's history with a fresh v7 id.
+    let by_hand = uuid::Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO conveyor.jobs (id, task, args, state, finished_at) \
+         VALUES ($1, 'ok', '4', 'success', now() - interval '7 days')",
+    )
+    .bind(by_hand)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let waiting = c
+        .enqueue(NewJob::new("ok", json!(5)).delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    for (id, want) in [
+        (made.id(), conveyor::JobState::Success),
+        (v4.id(), conveyor::JobState::Success),
+        (later.id(), conveyor::JobState::Success),
+        (by_hand, conveyor::JobState::Success),
+        (waiting.id(), conveyor::JobState::Scheduled),
+    ] {
+        let job = c.job(id).await.unwrap().expect("found by id");
+        assert_eq!((job.id, job.state), (id, want));
+        let state = c.handle::<Value>(id).state().await.unwrap();
+        assert_eq!(state, want, "state of {id}");
+    }
+    assert!(c.job(uuid::Uuid::now_v7()).await.unwrap().is_none());
+    let unknown = c.handle::<Value>(uuid::Uuid::now_v7()).state().await;
+    assert!(matches!(unknown, Err(conveyor::Error::NotFound(_))));
+}
