@@ -95,9 +95,12 @@ impl ClientBuilder {
         self
     }
 
-    /// [`ClientBuilder::primary`], if any.
-    pub(crate) fn follow(mut self, primary: Option<Primary>) -> Self {
-        self.primary = primary;
+    /// The schema, primary and pooler of `client` (for a client of
+    /// Conveyor's own on another pool, such as a worker's).
+    pub(crate) fn like(mut self, client: &Client) -> Self {
+        self.schema = client.schema().to_string();
+        self.primary = client.inner.primary.clone();
+        self.pooler = client.inner.pooler.clone();
         self
     }
 
