@@ -100,6 +100,36 @@ impl TestDb {
             .expect("client through PgBouncer")
     }
 
+    /// Where this test's queue connections go, as `host:port` (for a proxy
+    /// in front of them): this binary's PgBouncer, or the server.
+    pub fn queue_target(&self) -> String {
+        let admin = PgConnectOptions::from_str(&base_url()).expect("DATABASE_URL");
+        if THROUGH_PGBOUNCER {
+            let port = bouncer::port((admin.get_host(), admin.get_port()));
+            format!("127.0.0.1:{port}")
+        } else {
+            format!("{}:{}", admin.get_host(), admin.get_port())
+        }
+    }
+
+    /// A client on `pool` (which reaches [`TestDb::queue_target`], perhaps
+    /// through a proxy), with [`Pooler`] set in the `pgbouncer` binary:
+    /// `LISTEN` and the periodic leader on a direct session if
+    /// `session_direct`, else through `pool`'s server (polling).
+    pub fn client_on(&self, pool: PgPool, session_direct: bool) -> Client {
+        if !THROUGH_PGBOUNCER {
+            return Client::new(pool);
+        }
+        let mut pooler = Pooler::transaction_mode().poll_every(POLL);
+        if session_direct {
+            pooler = pooler.session_url(self.url());
+        }
+        Client::builder(pool)
+            .pooler(pooler)
+            .build()
+            .expect("client through PgBouncer")
+    }
+
     /// A new database without Conveyor's schema.
     pub async fn empty() -> TestDb {
         TestDb::create("").await

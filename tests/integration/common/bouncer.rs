@@ -6,7 +6,8 @@
 //! wildcard), each with a pool of [`SERVER_CONNECTIONS`] server
 //! connections, few enough that clients really share them. It is started
 //! by the first test that needs it and stops when the test binary exits
-//! (a shell waits on the binary's end of a pipe, then kills it). When
+//! (a shell waits on the binary's end of a pipe, then kills it and removes
+//! its directory, log included). When
 //! `pgbouncer` is missing, it is installed with `apt-get` (as root, or
 //! through `sudo -n`), as the browser test installs Chromium.
 
@@ -121,12 +122,13 @@ fn start(server: (&str, u16)) -> Bouncer {
     } else {
         ""
     };
-    // Stops PgBouncer when our end of its stdin closes, i.e. when the test
-    // binary exits, however it exits.
+    // Stops PgBouncer and removes its directory when our end of its stdin
+    // closes, i.e. when the test binary exits, however it exits.
     let script = format!(
-        "{bin} {user} {ini} & pid=$!; cat >/dev/null; kill $pid; wait $pid",
+        "{bin} {user} {ini} & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf {dir}",
         bin = bin.display(),
         ini = ini.display(),
+        dir = dir.display(),
     );
     let watch = Command::new("sh")
         .args(["-c", &script])
