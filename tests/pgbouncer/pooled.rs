@@ -91,7 +91,8 @@ async fn without_a_session_url_idle_workers_poll() {
 
 /// Without a session URL the periodic leader holds its lock in a
 /// transaction through PgBouncer: two processes still enqueue each slot
-/// once, and the dashboard's record names the backend that holds the lock.
+/// once, the dashboard's record names the backend that holds the lock, and
+/// the lock goes when the leader does.
 #[tokio::test]
 async fn the_periodic_leader_leads_in_a_transaction_through_the_pooler() {
     let db = TestDb::new().await;
@@ -130,6 +131,24 @@ async fn the_periodic_leader_leads_in_a_transaction_through_the_pooler() {
     for worker in workers {
         worker.shutdown(WAIT).await.unwrap();
     }
+    // Gone with its transaction: a session lock taken through the pooler
+    // would stay on PgBouncer's server connection, and no process could
+    // lead again (or any that landed on that connection would).
+    eventually(
+        Duration::from_secs(5),
+        "the leader's lock released",
+        || async {
+            let held: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            (held == 0).then_some(())
+        },
+    )
+    .await;
 }
 
 /// `migrate` is one transaction under a transaction-scoped lock: callers
@@ -142,8 +161,11 @@ async fn concurrent_migrations_through_the_pooler_apply_once() {
         let pool = pool.clone();
         async move { conveyor::migrate(&pool).await }
     });
-    let applied: Vec<Vec<i32>> = futures_join_all(runs)
+    // (With a session lock, one left on a server connection of PgBouncer
+    // blocked every caller landing on another one: this hung.)
+    let applied: Vec<Vec<i32>> = tokio::time::timeout(WAIT, futures_join_all(runs))
         .await
+        .expect("the migrations finish")
         .into_iter()
         .map(|r| r.expect("migrate through PgBouncer"))
         .collect();
@@ -152,4 +174,45 @@ async fn concurrent_migrations_through_the_pooler_apply_once() {
         nonempty, 1,
         "one caller applies the migrations: {applied:?}"
     );
+}
+
+/// A job enqueued in the caller's transaction through PgBouncer commits
+/// with the caller's own write, or not at all (the caller's statements
+/// unnamed, as the README asks).
+#[tokio::test]
+async fn an_enqueue_in_the_callers_transaction_commits_or_rolls_back_with_it() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql("CREATE TABLE orders (id int PRIMARY KEY)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let client = db.bouncer_client(true);
+    for (id, commit) in [(1, false), (2, true)] {
+        let mut tx = client.pool().begin().await.unwrap();
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(id)
+            .persistent(false)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let job = NewJob::new("ship", json!({ "order": id }));
+        client.enqueue_tx(&mut tx, job).await.unwrap();
+        if commit {
+            tx.commit().await.unwrap();
+        } else {
+            tx.rollback().await.unwrap();
+        }
+    }
+    let orders: Vec<i32> = sqlx::query_scalar("SELECT id FROM orders")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(orders, vec![2]);
+    let shipped: Vec<i64> = sqlx::query_scalar(
+        "SELECT (args->>'order')::bigint FROM conveyor.jobs WHERE task = 'ship'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(shipped, vec![2]);
 }
