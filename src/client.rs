@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::failover::{Connector, Primary};
 use crate::job::{Job, JobId};
 use crate::notify::WaiterHub;
+use crate::pooler::Pooler;
 
 /// The entry point: enqueues jobs and hands out [`crate::JobHandle`]s. Cheap to clone.
 ///
@@ -47,6 +48,8 @@ pub(crate) struct ClientInner {
     pub(crate) inserting: std::sync::atomic::AtomicUsize,
     /// The primary the pool follows, if the URL listed hosts.
     pub(crate) primary: Option<Primary>,
+    /// The transaction-mode pooler the pool goes through, if any.
+    pub(crate) pooler: Option<Pooler>,
 }
 
 impl std::fmt::Debug for Client {
@@ -63,6 +66,7 @@ pub struct ClientBuilder {
     pool: PgPool,
     schema: String,
     primary: Option<Primary>,
+    pooler: Option<Pooler>,
 }
 
 impl ClientBuilder {
@@ -82,17 +86,38 @@ impl ClientBuilder {
         self
     }
 
-    /// [`ClientBuilder::primary`], if any.
-    pub(crate) fn follow(mut self, primary: Option<Primary>) -> Self {
-        self.primary = primary;
+    /// The pool goes through a pooler in transaction mode (PgBouncer
+    /// `pool_mode = transaction`): see [`Pooler`] for what changes. Without
+    /// it (the default) Conveyor assumes a direct connection and uses
+    /// sessions and named statements freely.
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = Some(pooler);
+        self
+    }
+
+    /// The schema, primary and pooler of `client` (for a client of
+    /// Conveyor's own on another pool, such as a worker's).
+    pub(crate) fn like(mut self, client: &Client) -> Self {
+        self.schema = client.schema().to_string();
+        self.primary = client.inner.primary.clone();
+        self.pooler = client.inner.pooler.clone();
         self
     }
 
     /// Checks the settings and builds the client.
-    pub fn build(self) -> Result<Client> {
+    pub fn build(mut self) -> Result<Client> {
         db::validate_schema(&self.schema)?;
-        let queries = Queries::for_schema(&self.schema);
-        let connector = Connector::new(self.pool.clone(), self.primary.clone());
+        if let Some(pooler) = &mut self.pooler
+            && let Some(url) = pooler.session_url.take()
+        {
+            let options = url
+                .parse()
+                .map_err(|e| Error::Config(format!("bad session URL: {e}")))?;
+            pooler.session = Some(options);
+        }
+        let queries = Queries::for_schema_pooled(&self.schema, self.pooler.is_some());
+        let connector =
+            Connector::new(self.pool.clone(), self.primary.clone(), self.pooler.clone());
         Ok(Client {
             inner: Arc::new(ClientInner {
                 waiters: WaiterHub::new(connector, queries),
@@ -102,6 +127,7 @@ impl ClientBuilder {
                 pool: self.pool,
                 queries,
                 primary: self.primary,
+                pooler: self.pooler,
             }),
         })
     }
@@ -158,6 +184,7 @@ impl Client {
             pool,
             schema: db::DEFAULT_SCHEMA.to_string(),
             primary: None,
+            pooler: None,
         }
     }
 
@@ -173,7 +200,11 @@ impl Client {
 
     /// Where Conveyor opens connections of its own for this client.
     pub(crate) fn connector(&self) -> Connector {
-        Connector::new(self.inner.pool.clone(), self.inner.primary.clone())
+        Connector::new(
+            self.inner.pool.clone(),
+            self.inner.primary.clone(),
+            self.inner.pooler.clone(),
+        )
     }
 
     /// The schema this client uses.

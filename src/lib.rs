@@ -58,6 +58,7 @@ mod maintenance;
 mod metrics;
 mod migrate;
 mod notify;
+mod pooler;
 mod records;
 mod retry;
 mod supervise;
@@ -81,6 +82,7 @@ pub use metrics::Metrics;
 #[doc(hidden)]
 pub use migrate::migrate_to;
 pub use migrate::{migrate, migrate_schema};
+pub use pooler::{DEFAULT_POLL, Pooler};
 pub use records::{
     Histogram, JobFailure, JobFilter, QueueStats, StatsPoint, StatsQuery, WorkerInfo, WorkflowRun,
     WorkflowState,

@@ -14,9 +14,12 @@ mod embedded {
 
 /// Applies Conveyor's migrations to the default schema (`conveyor`).
 ///
-/// Idempotent, and safe to call from many processes at once: callers are
-/// serialised by a PostgreSQL advisory lock, and each migration is applied
-/// once, in its own transaction. Returns the versions applied by this call.
+/// Idempotent, and safe to call from many processes at once: the whole call
+/// is one transaction that first takes a transaction-scoped advisory lock,
+/// so callers are serialised, and either every pending migration is applied
+/// or none is (each in a savepoint of its own). Being one transaction, it is
+/// also safe through PgBouncer in transaction mode. Returns the versions
+/// applied by this call.
 ///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> conveyor::Result<()> {
@@ -31,15 +34,11 @@ pub async fn migrate(pool: &PgPool) -> Result<Vec<i32>> {
 pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
     db::validate_schema(schema)?;
     let queries = Queries::for_schema(schema);
-    let mut conn = pool.acquire().await?;
-    db::lock_migrations(&mut conn, queries).await?;
-    let outcome = apply(&mut conn, queries, None).await;
-    match db::unlock_migrations(&mut conn, queries).await {
-        Ok(()) => {}
-        // The lock dies with the session: make sure this one is not reused.
-        Err(_) => drop(conn.detach()),
-    }
-    outcome
+    let mut tx = pool.begin().await?;
+    db::lock_migrations(&mut tx, queries).await?;
+    let applied = apply(&mut tx, queries, None).await?;
+    tx.commit().await?;
+    Ok(applied)
 }
 
 /// Migrates the default schema up to migration `version` only, for tests of
@@ -47,8 +46,11 @@ pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
 #[doc(hidden)]
 pub async fn migrate_to(pool: &PgPool, version: i32) -> Result<Vec<i32>> {
     let queries = Queries::for_schema(db::DEFAULT_SCHEMA);
-    let mut conn = pool.acquire().await?;
-    apply(&mut conn, queries, Some(version)).await
+    let mut tx = pool.begin().await?;
+    db::lock_migrations(&mut tx, queries).await?;
+    let applied = apply(&mut tx, queries, Some(version)).await?;
+    tx.commit().await?;
+    Ok(applied)
 }
 
 async fn apply(

@@ -1,8 +1,9 @@
 //! Claiming: promoting due jobs, and claiming pending ones under a fresh
 //! fencing token (`claim.sql`).
 
+use super::Target;
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool, Row};
+use sqlx::{PgPool, Row};
 
 use super::Queries;
 use crate::error::Result;
@@ -21,7 +22,7 @@ pub(crate) struct Promoted {
 
 /// Promotes due jobs of `queues` to pending.
 pub(crate) async fn promote<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     queues: &[String],
     limit: i64,
@@ -29,7 +30,7 @@ pub(crate) async fn promote<'e>(
     let row = sqlx::query(q.promote)
         .bind(queues)
         .bind(limit)
-        .fetch_one(exec)
+        .fetch_one(q.on(exec))
         .await?;
     Ok(Promoted {
         promoted: row.try_get("promoted")?,
@@ -219,16 +220,18 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
         type Limits = (Option<i32>, Option<i32>, Option<DateTime<Utc>>);
         let limits: Option<Limits> = sqlx::query_as(q.lock_queue)
             .bind(c.queue)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(q.on(&mut *tx))
             .await?;
         let (concurrency, rate_room, window_end) = limits.unwrap_or_default();
-        let rows = claim(concurrency, rate_room).fetch_all(&mut *tx).await?;
+        let rows = claim(concurrency, rate_room)
+            .fetch_all(q.on(&mut *tx))
+            .await?;
         if let Some(room) = rate_room {
             let started = rows.len() as i32;
             sqlx::query(q.count_starts)
                 .bind(c.queue)
                 .bind(started)
-                .execute(&mut *tx)
+                .execute(q.on(&mut *tx))
                 .await?;
             if started >= room {
                 claimed.rate_limited_until = window_end;
@@ -238,7 +241,7 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
         keep_floors(c, &rows, &mut claimed);
         decode_claimed(rows, &mut claimed);
     } else {
-        let rows = claim(None, None).fetch_all(pool).await?;
+        let rows = claim(None, None).fetch_all(q.on(pool)).await?;
         keep_floors(c, &rows, &mut claimed);
         decode_claimed(rows, &mut claimed);
     }

@@ -116,7 +116,7 @@ pub(crate) async fn overview(pool: &PgPool, q: &Queries) -> Result<Vec<QueueRow>
     let sql = statement(q, include_str!("dashboard_overview.sql"));
     Ok(sqlx::query_as(sql)
         .persistent(false)
-        .fetch_all(pool)
+        .fetch_all(q.on(pool))
         .await?)
 }
 
@@ -125,6 +125,6 @@ pub(crate) async fn totals(pool: &PgPool, q: &Queries, cap: i64) -> Result<Total
     Ok(sqlx::query_as(sql)
         .persistent(false)
         .bind(cap)
-        .fetch_one(pool)
+        .fetch_one(q.on(pool))
         .await?)
 }

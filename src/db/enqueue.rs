@@ -1,9 +1,10 @@
 //! Inserting jobs: one row, many rows (`unnest`), COPY, unique jobs; and the
 //! notifications that wake workers.
 
+use super::Target;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use super::Queries;
 use crate::error::{Error, Result};
@@ -97,7 +98,7 @@ async fn insert_jobs(
         .bind(&on_success)
         .bind(&on_error)
         .bind(may_exist)
-        .fetch_all(&mut *conn)
+        .fetch_all(q.on(&mut *conn))
         .await?;
     let mut fresh: std::collections::HashSet<JobId> = returned.into_iter().collect();
     // Only the first occurrence of a repeated id was inserted.
@@ -192,7 +193,9 @@ pub(crate) async fn copy_jobs(
 /// Makes the insert trigger leave job_ready to the caller for the rest of
 /// the transaction.
 pub(crate) async fn defer_notify(conn: &mut PgConnection, q: &Queries) -> Result<()> {
-    sqlx::query(q.defer_notify).execute(&mut *conn).await?;
+    sqlx::query(q.defer_notify)
+        .execute(q.on(&mut *conn))
+        .await?;
     Ok(())
 }
 
@@ -216,7 +219,7 @@ pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)])
     sqlx::query(q.notify)
         .bind(&channels)
         .bind(&payloads)
-        .execute(pool)
+        .execute(q.on(pool))
         .await?;
     Ok(())
 }
@@ -243,7 +246,7 @@ async fn insert_job(
         .bind(&row.on_success)
         .bind(&row.on_error)
         .bind(may_exist)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(q.on(&mut *conn))
         .await?;
     // No row: the id exists; `insert_all` checks that it still does.
     Ok(Inserted {
@@ -269,7 +272,7 @@ pub(crate) async fn enqueue_unique(
         .bind(key)
         .bind(ttl_secs)
         .bind(id_may_exist)
-        .fetch_one(&mut *conn)
+        .fetch_one(q.on(&mut *conn))
         .await?;
     Ok(Inserted {
         id: row.try_get("id")?,
@@ -279,12 +282,12 @@ pub(crate) async fn enqueue_unique(
 
 /// Those of `ids` that a job has already.
 pub(crate) async fn existing_ids<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     ids: &[JobId],
 ) -> Result<Vec<JobId>> {
     Ok(sqlx::query_scalar(q.existing_ids)
         .bind(ids)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }

@@ -1,11 +1,12 @@
 //! Reading and acting on jobs by id or filter: fetch, list, statistics, cancel,
 //! re-queue, delete.
 
+use super::Target;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryScalar;
-use sqlx::{PgConnection, PgExecutor, PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::{Queries, parse_state};
 use crate::error::Result;
@@ -34,7 +35,7 @@ pub(crate) async fn fetch_job(pool: &PgPool, q: &Queries, id: JobId) -> Result<O
         let found = sqlx::query_as::<_, Job>(q.fetch_job)
             .bind(id)
             .bind(since)
-            .fetch_optional(pool)
+            .fetch_optional(q.on(pool))
             .await?;
         if found.is_some() {
             return Ok(found);
@@ -42,7 +43,7 @@ pub(crate) async fn fetch_job(pool: &PgPool, q: &Queries, id: JobId) -> Result<O
     }
     Ok(sqlx::query_as::<_, Job>(q.fetch_job_anywhere)
         .bind(id)
-        .fetch_optional(pool)
+        .fetch_optional(q.on(pool))
         .await?)
 }
 
@@ -53,20 +54,20 @@ pub(crate) async fn fetch_state(pool: &PgPool, q: &Queries, id: JobId) -> Result
         state = sqlx::query_scalar(q.fetch_state)
             .bind(id)
             .bind(since)
-            .fetch_optional(pool)
+            .fetch_optional(q.on(pool))
             .await?;
     }
     if state.is_none() {
         state = sqlx::query_scalar(q.fetch_state_anywhere)
             .bind(id)
-            .fetch_optional(pool)
+            .fetch_optional(q.on(pool))
             .await?;
     }
     state.as_deref().map(parse_state).transpose()
 }
 
 pub(crate) async fn list_jobs<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     f: &crate::records::JobFilter,
 ) -> Result<Vec<Job>> {
@@ -78,7 +79,7 @@ pub(crate) async fn list_jobs<'e>(
         .bind(f.created_before)
         .bind(f.before_id)
         .bind(f.limit)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }
 
@@ -86,24 +87,24 @@ pub(crate) async fn list_jobs<'e>(
 /// page is planned with its filter's values (a generic plan cannot drop the
 /// filters left out).
 pub(crate) async fn list_job_ids<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     f: &crate::records::JobFilter,
 ) -> Result<Vec<JobId>> {
     Ok(bind_filter(sqlx::query_scalar(q.list_job_ids), f)
         .bind(f.limit)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }
 
 /// How many jobs the filter matches (its `limit` aside).
 pub(crate) async fn count_jobs<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     f: &crate::records::JobFilter,
 ) -> Result<i64> {
     Ok(bind_filter(sqlx::query_scalar(q.count_jobs), f)
-        .fetch_one(exec)
+        .fetch_one(q.on(exec))
         .await?)
 }
 
@@ -125,14 +126,14 @@ fn bind_filter<'q, O>(
 }
 
 pub(crate) async fn queue_stats<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
 ) -> Result<Vec<crate::records::QueueStats>> {
-    Ok(sqlx::query_as(q.queue_stats).fetch_all(exec).await?)
+    Ok(sqlx::query_as(q.queue_stats).fetch_all(q.on(exec)).await?)
 }
 
 pub(crate) async fn enqueued_jobs<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     task: &str,
     args: &Value,
@@ -140,19 +141,19 @@ pub(crate) async fn enqueued_jobs<'e>(
     Ok(sqlx::query_as::<_, Job>(q.enqueued_jobs)
         .bind(task)
         .bind(args)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }
 
 /// Deletes jobs that are not running; returns how many.
 pub(crate) async fn delete_jobs<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     ids: &[JobId],
 ) -> Result<u64> {
     Ok(sqlx::query(q.delete_jobs)
         .bind(ids)
-        .execute(exec)
+        .execute(q.on(exec))
         .await?
         .rows_affected())
 }
@@ -165,26 +166,26 @@ pub(crate) async fn cancel(
 ) -> Result<Option<JobState>> {
     let state: Option<String> = sqlx::query_scalar(q.cancel)
         .bind(id)
-        .fetch_one(&mut *conn)
+        .fetch_one(q.on(&mut *conn))
         .await?;
     state.as_deref().map(parse_state).transpose()
 }
 
 /// Re-queues failed or cancelled jobs; returns how many.
 pub(crate) async fn requeue<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     ids: &[JobId],
 ) -> Result<i32> {
     Ok(sqlx::query_scalar(q.requeue)
         .bind(ids)
-        .fetch_one(exec)
+        .fetch_one(q.on(exec))
         .await?)
 }
 
 /// The rollups of `conveyor.stats` for `query` (see `stats.sql`).
 pub(crate) async fn stats<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     query: &StatsQuery,
 ) -> Result<Vec<StatsPoint>> {
@@ -202,6 +203,6 @@ pub(crate) async fn stats<'e>(
         .bind(step)
         .bind(query.queue.as_deref())
         .bind(query.task.as_deref())
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }

@@ -1,10 +1,11 @@
 //! Maintenance services: rescue of expired leases, rotation of the ready
 //! ring, retention, the periodic scheduler's leadership and slots.
 
+use super::Target;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgExecutor, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use super::Queries;
 use super::outcome::after_finish;
@@ -19,7 +20,7 @@ async fn try_service_lock(conn: &mut PgConnection, q: &Queries, service: &str) -
     )
     .bind(service)
     .bind(q.schema)
-    .fetch_one(&mut *conn)
+    .fetch_one(q.on(&mut *conn))
     .await?)
 }
 
@@ -34,7 +35,7 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
         .bind(limit)
         .bind(q.job_ready_channel)
         .bind(q.job_finished_channel)
-        .fetch_one(&mut *tx)
+        .fetch_one(q.on(&mut *tx))
         .await?;
     let follow_ups: Vec<JobId> = row.try_get("follow_ups")?;
     after_finish(&mut tx, q, &follow_ups).await?;
@@ -45,7 +46,9 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
 /// Empties the sealed slots of the ready ring it can lock at once (see
 /// `migrations/functions/rotate_ready.sql`); returns how many.
 pub(crate) async fn rotate_ready(pool: &PgPool, q: &Queries) -> Result<i32> {
-    Ok(sqlx::query_scalar(q.rotate_ready).fetch_one(pool).await?)
+    Ok(sqlx::query_scalar(q.rotate_ready)
+        .fetch_one(q.on(pool))
+        .await?)
 }
 
 /// A transaction that has held a lock on the ready ring for longer than
@@ -57,7 +60,7 @@ pub(crate) async fn ring_blocker(
 ) -> Result<Option<(i32, String, f64)>> {
     Ok(sqlx::query_as(q.ring_blocker)
         .bind(secs)
-        .fetch_optional(pool)
+        .fetch_optional(q.on(pool))
         .await?)
 }
 
@@ -65,7 +68,7 @@ pub(crate) async fn ring_blocker(
 pub(crate) async fn prune_stats(pool: &PgPool, q: &Queries, age_secs: f64) -> Result<u64> {
     Ok(sqlx::query(q.prune_stats)
         .bind(age_secs)
-        .execute(pool)
+        .execute(q.on(pool))
         .await?
         .rows_affected())
 }
@@ -82,14 +85,16 @@ pub(crate) async fn drop_history(
     Ok(sqlx::query_scalar(q.drop_history)
         .bind(state.as_str())
         .bind(age_secs)
-        .fetch_one(pool)
+        .fetch_one(q.on(pool))
         .await?)
 }
 
 /// Creates the missing day tables of finished jobs for today and the next
 /// two days; returns how many.
 pub(crate) async fn create_history(pool: &PgPool, q: &Queries) -> Result<i32> {
-    Ok(sqlx::query_scalar(q.create_history).fetch_one(pool).await?)
+    Ok(sqlx::query_scalar(q.create_history)
+        .fetch_one(q.on(pool))
+        .await?)
 }
 
 /// What one statement of [`fold_stats`] did.
@@ -108,14 +113,16 @@ pub(crate) struct Folded {
 pub(crate) async fn fold_stats(pool: &PgPool, q: &Queries, since: DateTime<Utc>) -> Result<Folded> {
     Ok(sqlx::query_as(q.fold_stats)
         .bind(since)
-        .fetch_one(pool)
+        .fetch_one(q.on(pool))
         .await?)
 }
 
 /// The oldest minute with rollups left in a shard other than 0 (or 10
 /// minutes ago).
 pub(crate) async fn stats_unfolded(pool: &PgPool, q: &Queries) -> Result<DateTime<Utc>> {
-    Ok(sqlx::query_scalar(q.stats_unfolded).fetch_one(pool).await?)
+    Ok(sqlx::query_scalar(q.stats_unfolded)
+        .fetch_one(q.on(pool))
+        .await?)
 }
 
 /// Deletes up to `limit` jobs in `state` finished more than `age` ago, if no
@@ -139,7 +146,7 @@ pub(crate) async fn prune(
         .bind(age_secs)
         .bind(limit)
         .bind(by_row)
-        .execute(&mut *tx)
+        .execute(q.on(&mut *tx))
         .await?
         .rows_affected();
     tx.commit().await?;
@@ -149,13 +156,13 @@ pub(crate) async fn prune(
 /// Deletes finished workflows older than `age` with no jobs left, and
 /// expired unique keys.
 pub(crate) async fn prune_leftovers<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     age_secs: f64,
 ) -> Result<i64> {
     Ok(sqlx::query_scalar(q.prune_leftovers)
         .bind(age_secs)
-        .fetch_one(exec)
+        .fetch_one(q.on(exec))
         .await?)
 }
 
@@ -169,34 +176,65 @@ const LEADER_IDLE_LIMIT: &str = "SET idle_session_timeout = '8s'";
 /// Takes the periodic scheduler's leadership on `conn` (a session lock, held
 /// until released or the connection ends); false if another process has it.
 /// (The dashboard finds the holder by the same name: [`periodic_lock_name`].)
-pub(crate) async fn try_lead_periodic(conn: &mut PgConnection, q: &Queries) -> Result<bool> {
-    // PostgreSQL 14 and later; on older servers the limit is just not set.
-    if let Err(error) = sqlx::raw_sql(LEADER_IDLE_LIMIT).execute(&mut *conn).await {
-        tracing::debug!(%error, "conveyor: cannot bound the periodic leader's idle session");
-    }
-    Ok(sqlx::query_scalar(
-        "SELECT pg_try_advisory_lock(hashtextextended('conveyor.periodic:' || $1, 0))",
-    )
-    .bind(q.schema)
-    .fetch_one(&mut *conn)
-    .await?)
+///
+/// With `in_transaction` (`conn` goes through a transaction-mode pooler,
+/// where a session lock would stay on whichever server connection took it)
+/// the lock is transaction-scoped instead, in a transaction `conn` keeps
+/// open while it leads: the pooler keeps the server connection for it, the
+/// server ends it after 8 s of silence, and closing `conn` releases it.
+/// Nothing is written in that transaction (it would hold back vacuum):
+/// see [`announce_periodic`]'s `backend_pid`.
+pub(crate) async fn try_lead_periodic(
+    conn: &mut PgConnection,
+    q: &Queries,
+    in_transaction: bool,
+) -> Result<bool> {
+    let lock = if in_transaction {
+        sqlx::raw_sql(LEADER_TRANSACTION)
+            .execute(&mut *conn)
+            .await?;
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('conveyor.periodic:' || $1, 0))"
+    } else {
+        // PostgreSQL 14 and later; on older servers the limit is just not set.
+        if let Err(error) = sqlx::raw_sql(LEADER_IDLE_LIMIT).execute(&mut *conn).await {
+            tracing::debug!(%error, "conveyor: cannot bound the periodic leader's idle session");
+        }
+        "SELECT pg_try_advisory_lock(hashtextextended('conveyor.periodic:' || $1, 0))"
+    };
+    Ok(sqlx::query_scalar(lock)
+        .bind(q.schema)
+        .persistent(!in_transaction)
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
+/// The leader's transaction behind a transaction-mode pooler (see
+/// [`try_lead_periodic`]), ended by the server after 8 s idle.
+const LEADER_TRANSACTION: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '8s'";
+
+/// The server process of `conn` (the lock holder, for [`announce_periodic`]).
+pub(crate) async fn backend_pid(conn: &mut PgConnection) -> Result<i32> {
+    Ok(sqlx::query_scalar("SELECT pg_backend_pid()")
+        .persistent(false)
+        .fetch_one(&mut *conn)
+        .await?)
 }
 
 /// Whether the leader's connection is still alive.
 pub(crate) async fn ping(conn: &mut PgConnection) -> Result<()> {
-    sqlx::query("SELECT 1").execute(&mut *conn).await?;
+    sqlx::raw_sql("SELECT 1").execute(&mut *conn).await?;
     Ok(())
 }
 
 /// The latest slot enqueued for each of `names`.
 pub(crate) async fn periodic_last_slots<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     names: &[String],
 ) -> Result<HashMap<String, DateTime<Utc>>> {
     let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(q.periodic_last_slots)
         .bind(names)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?;
     Ok(rows.into_iter().collect())
 }
@@ -204,7 +242,7 @@ pub(crate) async fn periodic_last_slots<'e>(
 /// Records that `slot` of schedule `name` was enqueued as `job`, and the
 /// schedule's next slot.
 pub(crate) async fn periodic_record_slot<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     name: &str,
     slot: DateTime<Utc>,
@@ -216,7 +254,7 @@ pub(crate) async fn periodic_record_slot<'e>(
         .bind(slot)
         .bind(job)
         .bind(next)
-        .execute(exec)
+        .execute(q.on(exec))
         .await?;
     Ok(())
 }
@@ -233,13 +271,14 @@ pub(crate) struct AnnouncedSchedule {
 }
 
 /// On the leadership connection of a process that just took the lead: who
-/// leads (this session's backend is the lock holder) and the schedules it
-/// runs; every other schedule is marked as not on the leader.
-pub(crate) async fn announce_periodic(
-    conn: &mut PgConnection,
+/// leads (this session's backend is the lock holder, unless `backend_pid`
+/// names it: the leader's lock is then held in a transaction that must not
+/// write, and this runs elsewhere) and the schedules it runs; every other
+/// schedule is marked as not on the leader.
+pub(crate) async fn announce_periodic<'e>(
+    exec: impl Into<Target<'e>>,
     q: &Queries,
-    host: &str,
-    pid: i32,
+    (host, pid, backend_pid): (&str, i32, Option<i32>),
     schedules: &[AnnouncedSchedule],
 ) -> Result<()> {
     let column = |f: fn(&AnnouncedSchedule) -> String| schedules.iter().map(f).collect::<Vec<_>>();
@@ -254,7 +293,8 @@ pub(crate) async fn announce_periodic(
         .bind(column(|s| s.queue.clone()))
         .bind(column(|s| s.missed.to_string()))
         .bind(next)
-        .execute(&mut *conn)
+        .bind(backend_pid)
+        .execute(q.on(exec))
         .await?;
     Ok(())
 }

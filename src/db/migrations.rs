@@ -6,18 +6,15 @@ use sqlx::{PgConnection, Row};
 use super::Queries;
 use crate::error::Result;
 
-/// Key of the advisory lock that serialises migrations of one schema.
+/// Takes the advisory lock that serialises migrations of one schema, until
+/// the end of `conn`'s transaction (a transaction-scoped lock, so that it is
+/// held on the server connection the transaction runs on, also behind a
+/// transaction-mode pooler). Sent unnamed: a named statement would live on
+/// one server connection of a pooler only.
 pub(crate) async fn lock_migrations(conn: &mut PgConnection, q: &Queries) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_lock(hashtextextended('conveyor.migrate:' || $1, 0))")
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('conveyor.migrate:' || $1, 0))")
         .bind(q.schema)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-pub(crate) async fn unlock_migrations(conn: &mut PgConnection, q: &Queries) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_unlock(hashtextextended('conveyor.migrate:' || $1, 0))")
-        .bind(q.schema)
+        .persistent(false)
         .execute(&mut *conn)
         .await?;
     Ok(())
@@ -176,7 +173,7 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
 pub(crate) async fn apply_functions(conn: &mut PgConnection, q: &Queries) -> Result<()> {
     use sqlx::Connection;
     let mut tx = conn.begin().await?;
-    sqlx::query("SET LOCAL check_function_bodies = off")
+    sqlx::raw_sql("SET LOCAL check_function_bodies = off")
         .execute(&mut *tx)
         .await?;
     for (_, text) in FUNCTIONS {
@@ -213,6 +210,7 @@ pub(crate) async fn applied_migrations(
     query: &str,
 ) -> std::result::Result<Vec<(i32, String, String, String)>, sqlx::Error> {
     let rows = sqlx::query(sqlx::AssertSqlSafe(query))
+        .persistent(false)
         .fetch_all(&mut *conn)
         .await?;
     rows.iter()

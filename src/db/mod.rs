@@ -14,6 +14,7 @@ mod claim;
 #[cfg(feature = "dashboard")]
 pub(crate) mod dashboard;
 mod enqueue;
+mod exec;
 mod inspect;
 mod maintenance;
 mod migrations;
@@ -36,6 +37,7 @@ pub use enqueue::{BULK_CHUNK, COPY_MIN};
 pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
 };
+pub(crate) use exec::Target;
 pub(crate) use inspect::{
     cancel, count_jobs, delete_jobs, enqueued_jobs, fetch_job, fetch_state, list_job_ids,
     list_jobs, queue_stats, requeue, stats,
@@ -43,13 +45,12 @@ pub(crate) use inspect::{
 #[cfg(feature = "dashboard")]
 pub(crate) use maintenance::periodic_lock_name;
 pub(crate) use maintenance::{
-    AnnouncedSchedule, announce_periodic, create_history, drop_history, fold_stats,
+    AnnouncedSchedule, announce_periodic, backend_pid, create_history, drop_history, fold_stats,
     periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
     ring_blocker, rotate_ready, stats_unfolded, try_lead_periodic,
 };
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
-    unlock_migrations,
 };
 pub(crate) use outcome::{
     Lease, OutcomeRow, after_finish, complete, heartbeat, recorded, release, wait_ms,
@@ -84,6 +85,9 @@ pub(crate) const BEGIN: &str = "BEGIN; SET LOCAL idle_in_transaction_session_tim
 #[derive(Debug)]
 pub(crate) struct Queries {
     pub schema: &'static str,
+    /// Whether statements go through a transaction-mode pooler: each then
+    /// runs unnamed and inside a transaction (see [`Queries::on`]).
+    pub pooled: bool,
     /// Channel on which inserts and retries announce work: payload = queue name.
     pub job_ready_channel: &'static str,
     /// Channel on which outcomes announce finished jobs: payload = ids, comma-separated.
@@ -184,12 +188,19 @@ pub(crate) fn in_schema(sql: &str, schema: &str) -> String {
 impl Queries {
     /// The statements for `schema` (validated by the caller), built once per process.
     pub(crate) fn for_schema(schema: &str) -> &'static Queries {
-        static CACHE: OnceLock<Mutex<HashMap<String, &'static Queries>>> = OnceLock::new();
+        Queries::for_schema_pooled(schema, false)
+    }
+
+    /// [`Queries::for_schema`], for a connection direct to PostgreSQL
+    /// (`pooled` false) or through a transaction-mode pooler.
+    pub(crate) fn for_schema_pooled(schema: &str, pooled: bool) -> &'static Queries {
+        type Cache = HashMap<(String, bool), &'static Queries>;
+        static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
         let cache = CACHE.get_or_init(Default::default);
         let mut cache = cache
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(queries) = cache.get(schema) {
+        if let Some(queries) = cache.get(&(schema.to_string(), pooled)) {
             return queries;
         }
         let columns = include_str!("job_columns.sql").trim();
@@ -208,6 +219,7 @@ impl Queries {
         };
         let queries: &'static Queries = Box::leak(Box::new(Queries {
             schema: leak(schema.to_string()),
+            pooled,
             job_ready_channel: leak(format!("{schema}.job_ready")),
             job_finished_channel: leak(format!("{schema}.job_finished")),
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
@@ -270,7 +282,7 @@ impl Queries {
             )),
             migrations_table: leak(format!("{schema}.schema_history")),
         }));
-        cache.insert(schema.to_string(), queries);
+        cache.insert((schema.to_string(), pooled), queries);
         queries
     }
 

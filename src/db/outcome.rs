@@ -1,8 +1,9 @@
 //! What the holder of a claim writes, fenced on `(id, lease_token)`: outcomes
 //! and their follow-ups, lease renewals, releases.
 
+use super::Target;
 use serde_json::Value;
-use sqlx::{PgConnection, PgExecutor, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use super::Queries;
 use crate::error::Result;
@@ -57,7 +58,7 @@ pub(crate) fn wait_ms(job: &Job) -> Option<f64> {
 /// Writes a batch of outcomes; returns which rows were still held by their
 /// claim, and the finished ones that need [`after_finish`].
 pub(crate) async fn complete<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     outcomes: &[OutcomeRow],
 ) -> Result<Completed> {
@@ -78,7 +79,7 @@ pub(crate) async fn complete<'e>(
         .bind(&errors)
         .bind(&retry_in)
         .bind(&waits)
-        .fetch_one(exec)
+        .fetch_one(q.on(exec))
         .await?;
     let finished: Option<String> = row.try_get("finished_ids")?;
     let wake: Vec<String> = row.try_get("wake")?;
@@ -121,7 +122,7 @@ pub(crate) async fn after_finish(
     }
     sqlx::query(q.after_finish)
         .bind(finished)
-        .execute(&mut *conn)
+        .execute(q.on(&mut *conn))
         .await?;
     Ok(())
 }
@@ -140,7 +141,7 @@ pub(crate) struct Renewed {
 /// Extends the given leases; returns those it renewed (the others are lost:
 /// the job was rescued, finished, re-queued or claimed again).
 pub(crate) async fn heartbeat<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     leases: &[Lease],
     lease_secs: f64,
@@ -153,7 +154,7 @@ pub(crate) async fn heartbeat<'e>(
         .bind(&ids)
         .bind(&tokens)
         .bind(lease_secs)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?;
     rows.iter()
         .map(|row| {
@@ -169,7 +170,7 @@ pub(crate) async fn heartbeat<'e>(
 /// job is no longer started and still carries that token): after a write
 /// whose acknowledgement was lost, which outcomes did commit.
 pub(crate) async fn recorded<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     leases: &[Lease],
 ) -> Result<Vec<JobId>> {
@@ -179,7 +180,7 @@ pub(crate) async fn recorded<'e>(
         .persistent(false)
         .bind(&ids)
         .bind(&tokens)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }
 
@@ -203,7 +204,7 @@ pub(crate) async fn release(
         .bind(worker_id)
         .bind(q.job_ready_channel)
         .bind(q.job_finished_channel)
-        .fetch_one(&mut *tx)
+        .fetch_one(q.on(&mut *tx))
         .await?;
     let follow_ups: Vec<JobId> = row.try_get("follow_ups")?;
     after_finish(&mut tx, q, &follow_ups).await?;

@@ -5,10 +5,12 @@
 -- on_leader, and on_leader = false for every other schedule (kept, with its
 -- last slot, but not enqueued while this process leads).
 -- $1 host, $2 pid, $3 version; $4 names, $5 schedules, $6 tasks, $7 queues,
--- $8 missed, $9 next slots. (Both WITH parts run although nothing reads them.)
+-- $8 missed, $9 next slots; $10 the lock holder's backend if not this
+-- session's (a leader behind a transaction-mode pooler announces on
+-- another connection). (Both WITH parts run although nothing reads them.)
 WITH leader AS (
     INSERT INTO conveyor.periodic_leader AS l (one, host, pid, version, backend_pid, since)
-    VALUES (true, $1, $2, $3, pg_backend_pid(), now())
+    VALUES (true, $1, $2, $3, coalesce($10::int, pg_backend_pid()), now())
     ON CONFLICT ON CONSTRAINT periodic_leader_pkey DO UPDATE
     SET host = excluded.host, pid = excluded.pid, version = excluded.version,
         backend_pid = excluded.backend_pid, since = excluded.since

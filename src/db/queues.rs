@@ -1,6 +1,6 @@
 //! Queue settings: pause, concurrency and rate limits.
 
-use sqlx::PgExecutor;
+use super::Target;
 
 use super::Queries;
 use crate::error::Result;
@@ -14,7 +14,7 @@ pub(crate) enum QueueSetting {
 }
 
 pub(crate) async fn set_queue<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     queue: &str,
     setting: QueueSetting,
@@ -30,19 +30,19 @@ pub(crate) async fn set_queue<'e>(
         .bind(queue)
         .bind(n)
         .bind(secs)
-        .execute(exec)
+        .execute(q.on(exec))
         .await?;
     Ok(())
 }
 
 /// Which of `queues` have a concurrency or rate limit.
 pub(crate) async fn queue_limits<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
     queues: &[String],
 ) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(q.queue_limits)
         .bind(queues)
-        .fetch_all(exec)
+        .fetch_all(q.on(exec))
         .await?)
 }

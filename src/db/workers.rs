@@ -1,7 +1,8 @@
 //! The worker registry (`conveyor.workers`): register, beat, deregister,
 //! mark the silent dead, list.
 
-use sqlx::{PgExecutor, PgPool};
+use super::Target;
+use sqlx::PgPool;
 
 use super::Queries;
 use crate::error::Result;
@@ -30,7 +31,7 @@ pub(crate) async fn register_worker(
         .bind(r.queues)
         .bind(r.concurrency)
         .bind(r.beat_secs)
-        .execute(pool)
+        .execute(q.on(pool))
         .await?;
     Ok(())
 }
@@ -40,7 +41,7 @@ pub(crate) async fn beat_worker(pool: &PgPool, q: &Queries, id: &str, busy: i32)
     let updated = sqlx::query(q.worker_beat)
         .bind(id)
         .bind(busy)
-        .execute(pool)
+        .execute(q.on(pool))
         .await?
         .rows_affected();
     Ok(updated > 0)
@@ -49,7 +50,7 @@ pub(crate) async fn beat_worker(pool: &PgPool, q: &Queries, id: &str, busy: i32)
 pub(crate) async fn deregister_worker(pool: &PgPool, q: &Queries, id: &str) -> Result<()> {
     sqlx::query(q.worker_deregister)
         .bind(id)
-        .execute(pool)
+        .execute(q.on(pool))
         .await?;
     Ok(())
 }
@@ -57,13 +58,13 @@ pub(crate) async fn deregister_worker(pool: &PgPool, q: &Queries, id: &str) -> R
 /// Marks workers silent for three beats dead; returns how many.
 pub(crate) async fn mark_dead_workers(pool: &PgPool, q: &Queries) -> Result<i64> {
     Ok(sqlx::query_scalar(q.workers_mark_dead)
-        .fetch_one(pool)
+        .fetch_one(q.on(pool))
         .await?)
 }
 
 pub(crate) async fn list_workers<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
 ) -> Result<Vec<WorkerInfo>> {
-    Ok(sqlx::query_as(q.workers_list).fetch_all(exec).await?)
+    Ok(sqlx::query_as(q.workers_list).fetch_all(q.on(exec)).await?)
 }

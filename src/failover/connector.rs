@@ -7,6 +7,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool};
 
 use super::{Primary, Shared, qualifies};
+use crate::pooler::Pooler;
 
 /// Removes its pool from the [`Primary`]'s list when dropped.
 pub(crate) struct Registration {
@@ -30,16 +31,57 @@ pub(crate) struct OwnPool {
 }
 
 /// Where a component opens connections of its own: the client pool's
-/// connect options, or the [`Primary`] the client follows.
+/// connect options, or the [`Primary`] the client follows; sessions behind
+/// a transaction-mode pooler go to its session URL if it has one.
 #[derive(Clone)]
 pub(crate) struct Connector {
     pool: PgPool,
     primary: Option<Primary>,
+    pooler: Option<Pooler>,
+}
+
+/// Where `LISTEN` goes.
+pub(crate) enum Listen {
+    /// A session connection of this pool.
+    Session(OwnPool),
+    /// Nowhere (behind a pooler without a session URL): look at the
+    /// database this often instead.
+    Poll(std::time::Duration),
 }
 
 impl Connector {
-    pub(crate) fn new(pool: PgPool, primary: Option<Primary>) -> Connector {
-        Connector { pool, primary }
+    pub(crate) fn new(pool: PgPool, primary: Option<Primary>, pooler: Option<Pooler>) -> Connector {
+        Connector {
+            pool,
+            primary,
+            pooler,
+        }
+    }
+
+    /// Where `LISTEN` goes: a session pool of `options`.
+    pub(crate) fn listen(&self, options: PgPoolOptions) -> Listen {
+        match &self.pooler {
+            None => Listen::Session(self.pool(options)),
+            Some(Pooler {
+                session: Some(session),
+                ..
+            }) => Listen::Session(OwnPool {
+                pool: options.connect_lazy_with(session.clone()),
+                _registration: None,
+            }),
+            Some(Pooler {
+                session: None,
+                poll_every,
+                ..
+            }) => Listen::Poll(*poll_every),
+        }
+    }
+
+    /// Whether sessions from [`Connector::connect`] go through a
+    /// transaction-mode pooler (then only a transaction keeps its server
+    /// connection: session state, locks included, must not outlive one).
+    pub(crate) fn pooled_session(&self) -> bool {
+        self.pooler.as_ref().is_some_and(|p| p.session.is_none())
     }
 
     /// A pool of `options`, following the primary if there is one; it stops
@@ -67,6 +109,9 @@ impl Connector {
     /// One connection outside any pool, to the server followed (checked),
     /// and the switch count it belongs to (see [`Connector::switches`]).
     pub(crate) async fn connect(&self) -> sqlx::Result<(PgConnection, u64)> {
+        if let Some(session) = self.pooler.as_ref().and_then(|p| p.session.as_ref()) {
+            return Ok((session.connect().await?, 0));
+        }
         let Some(primary) = &self.primary else {
             return Ok((self.pool.connect_options().connect().await?, 0));
         };

@@ -28,7 +28,7 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::sync::{Notify, watch};
 
 use crate::error::Result;
-pub(crate) use connector::{Connector, OwnPool};
+pub(crate) use connector::{Connector, Listen, OwnPool};
 use hooks::qualifies;
 pub(crate) use hosts::{Attrs, HostList, parse};
 

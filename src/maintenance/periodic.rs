@@ -202,13 +202,15 @@ pub(crate) async fn run(client: Client, schedules: Arc<Vec<Periodic>>, checkpoin
                 continue;
             }
         };
-        match db::try_lead_periodic(&mut conn, client.inner.queries).await {
+        let in_transaction = connector.pooled_session();
+        match db::try_lead_periodic(&mut conn, client.inner.queries, in_transaction).await {
             Ok(true) => {
                 tracing::info!("conveyor: leading the periodic scheduler");
                 let session = Session {
                     conn: &mut conn,
                     connector: &connector,
                     switches,
+                    in_transaction,
                 };
                 if let Err(error) = lead(&client, session, &schedules).await {
                     tracing::warn!(%error, "conveyor: periodic scheduler stepped down");
@@ -231,6 +233,8 @@ struct Session<'a> {
     connector: &'a Connector,
     /// The connector's switch count when the session was opened.
     switches: u64,
+    /// The lock is held in a transaction of `conn` (see `db::try_lead_periodic`).
+    in_transaction: bool,
 }
 
 /// Enqueues slots as they come, until the leadership connection fails or
@@ -249,7 +253,7 @@ async fn lead(client: &Client, mut session: Session<'_>, schedules: &[Periodic])
         }
         next.push(periodic.next_after(now));
     }
-    announce(session.conn, client, schedules, &next).await;
+    announce(&mut session, client, schedules, &next).await;
     let mut pinged = tokio::time::Instant::now();
     loop {
         let Some((index, slot)) = next
@@ -281,7 +285,7 @@ async fn lead(client: &Client, mut session: Session<'_>, schedules: &[Periodic])
 /// `conveyor.periodic`), for the dashboard. A failure is logged, not fatal:
 /// enqueueing does not depend on it.
 async fn announce(
-    conn: &mut PgConnection,
+    session: &mut Session<'_>,
     client: &Client,
     schedules: &[Periodic],
     next: &[Option<DateTime<Utc>>],
@@ -309,8 +313,21 @@ async fn announce(
         })
         .collect();
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    let queries = client.inner.queries;
-    if let Err(error) = db::announce_periodic(conn, queries, &host_name(), pid, &announced).await {
+    let (queries, host) = (client.inner.queries, host_name());
+    let announced = if session.in_transaction {
+        // Not in the leader's transaction, which must not write.
+        match db::backend_pid(session.conn).await {
+            Ok(holder) => {
+                let who = (host.as_str(), pid, Some(holder));
+                db::announce_periodic(&client.inner.pool, queries, who, &announced).await
+            }
+            Err(error) => Err(error),
+        }
+    } else {
+        let who = (host.as_str(), pid, None);
+        db::announce_periodic(&mut *session.conn, queries, who, &announced).await
+    };
+    if let Err(error) = announced {
         tracing::warn!(%error, "conveyor: cannot record the periodic leader and its schedules");
     }
 }

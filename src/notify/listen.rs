@@ -1,7 +1,10 @@
 //! LISTEN on a dedicated session connection (LISTEN needs a session; a
 //! pooled connection could be handed to someone else), rebuilt with
 //! exponential backoff when the database goes away, and at once when the
-//! client follows a new primary.
+//! client follows a new primary. Behind a transaction-mode pooler with no
+//! session URL there is no session to listen on: the listener then reports
+//! a [`ListenEvent::Gap`] at every poll interval instead, and whoever relies
+//! on notifications looks at the database.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +15,7 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::failover::{Connector, OwnPool};
+use crate::failover::{Connector, Listen, OwnPool};
 use crate::supervise::reconnect_backoff;
 
 /// What a listener reports.
@@ -25,9 +28,10 @@ pub(crate) enum ListenEvent<'a> {
 }
 
 /// A pool of one connection with the client's connect options (or
-/// following its primary), kept for LISTEN.
-fn dedicated_pool(connector: &Connector) -> OwnPool {
-    connector.pool(
+/// following its primary, or the pooler's session URL), kept for LISTEN;
+/// or, with no session to be had, how often to poll.
+fn dedicated_pool(connector: &Connector) -> Listen {
+    connector.listen(
         PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)
@@ -58,9 +62,20 @@ pub(crate) fn spawn_listener<E>(
 where
     E: FnMut(ListenEvent<'_>) + Clone + Send + 'static,
 {
-    let pool = dedicated_pool(connector);
-    let connector = connector.clone();
     let (ready_tx, ready_rx) = watch::channel(false);
+    let pool = match dedicated_pool(connector) {
+        Listen::Session(pool) => pool,
+        Listen::Poll(every) => {
+            ready_tx.send_replace(true);
+            let task = tokio::spawn(crate::supervise::supervise(
+                "listener",
+                move || poll(every, on_event.clone()),
+                on_panic,
+            ));
+            return (task, ready_rx);
+        }
+    };
+    let connector = connector.clone();
     let ready_tx = Arc::new(ready_tx);
     let task = tokio::spawn(crate::supervise::supervise(
         "listener",
@@ -76,6 +91,16 @@ where
         on_panic,
     ));
     (task, ready_rx)
+}
+
+/// Reports a gap every `every`, for ever.
+async fn poll(every: Duration, mut on_event: impl FnMut(ListenEvent<'_>)) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        on_event(ListenEvent::Gap);
+    }
 }
 
 async fn listen(

@@ -98,11 +98,8 @@ impl WorkerBuilder {
             }
         };
         // The worker's statements go through a client of its own, on its own
-        // pool, following the same primary as the user's client.
-        let client = Client::builder(pool.clone())
-            .schema(self.client.schema())
-            .follow(self.client.primary().cloned())
-            .build()?;
+        // pool, following the same primary (and pooler) as the user's client.
+        let client = Client::builder(pool.clone()).like(&self.client).build()?;
         let worker_id: Arc<str> = self
             .worker_id
             .take()

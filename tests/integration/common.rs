@@ -1,10 +1,19 @@
 //! Test support: a fresh database per test, and waiting for events with a timeout.
+//!
+//! The same modules make the `pgbouncer` test target (tests/pgbouncer), which
+//! runs the suite again with each test's client, and so its workers, going
+//! through PgBouncer in transaction mode ([`THROUGH_PGBOUNCER`], `bouncer`).
+//! The test's own pool (`TestDb::pool`, for its checks and adversaries)
+//! stays direct.
+
+#[path = "common/bouncer.rs"]
+pub mod bouncer;
 
 use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use conveyor::Client;
+use conveyor::{Client, Pooler};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
@@ -13,6 +22,28 @@ pub fn base_url() -> String {
     std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
 }
+
+/// Whether this test binary sends each test's client through PgBouncer: the
+/// `pgbouncer` target does, `integration` does not.
+pub const THROUGH_PGBOUNCER: bool = same(env!("CARGO_CRATE_NAME"), "pgbouncer");
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// How often idle workers poll when a test's client has no session URL.
+pub const POLL: Duration = Duration::from_millis(100);
 
 /// A database of its own for one test, migrated, dropped when the value is.
 pub struct TestDb {
@@ -39,6 +70,66 @@ impl TestDb {
         format!("{server}/{}", self.name)
     }
 
+    /// A URL for this database through this binary's PgBouncer (started on
+    /// first use), in transaction mode.
+    pub fn bouncer_url(&self) -> String {
+        let admin = PgConnectOptions::from_str(&base_url()).expect("DATABASE_URL");
+        let port = bouncer::port((admin.get_host(), admin.get_port()));
+        format!("postgres://postgres@127.0.0.1:{port}/{}", self.name)
+    }
+
+    /// A pool of `connections` to this database through PgBouncer.
+    pub fn bouncer_pool(&self, connections: u32) -> PgPool {
+        conveyor::pool_options()
+            .max_connections(connections)
+            .connect_lazy(&self.bouncer_url())
+            .expect("PgBouncer URL")
+    }
+
+    /// A client through PgBouncer with [`Pooler`] set: `LISTEN` and the
+    /// periodic leader on a direct session (`session`), or none (idle
+    /// workers poll every [`POLL`]).
+    pub fn bouncer_client(&self, session: bool) -> Client {
+        let mut pooler = Pooler::transaction_mode().poll_every(POLL);
+        if session {
+            pooler = pooler.session_url(self.url());
+        }
+        Client::builder(self.bouncer_pool(8))
+            .pooler(pooler)
+            .build()
+            .expect("client through PgBouncer")
+    }
+
+    /// Where this test's queue connections go, as `host:port` (for a proxy
+    /// in front of them): this binary's PgBouncer, or the server.
+    pub fn queue_target(&self) -> String {
+        let admin = PgConnectOptions::from_str(&base_url()).expect("DATABASE_URL");
+        if THROUGH_PGBOUNCER {
+            let port = bouncer::port((admin.get_host(), admin.get_port()));
+            format!("127.0.0.1:{port}")
+        } else {
+            format!("{}:{}", admin.get_host(), admin.get_port())
+        }
+    }
+
+    /// A client on `pool` (which reaches [`TestDb::queue_target`], perhaps
+    /// through a proxy), with [`Pooler`] set in the `pgbouncer` binary:
+    /// `LISTEN` and the periodic leader on a direct session if
+    /// `session_direct`, else through `pool`'s server (polling).
+    pub fn client_on(&self, pool: PgPool, session_direct: bool) -> Client {
+        if !THROUGH_PGBOUNCER {
+            return Client::new(pool);
+        }
+        let mut pooler = Pooler::transaction_mode().poll_every(POLL);
+        if session_direct {
+            pooler = pooler.session_url(self.url());
+        }
+        Client::builder(pool)
+            .pooler(pooler)
+            .build()
+            .expect("client through PgBouncer")
+    }
+
     /// A new database without Conveyor's schema.
     pub async fn empty() -> TestDb {
         TestDb::create("").await
@@ -61,8 +152,15 @@ impl TestDb {
             .connect_with(admin.database(&name))
             .await
             .expect("connect to test database");
-        let client = Client::new(pool.clone());
-        TestDb { pool, client, name }
+        let mut db = TestDb {
+            client: Client::new(pool.clone()),
+            pool,
+            name,
+        };
+        if THROUGH_PGBOUNCER {
+            db.client = db.bouncer_client(true);
+        }
+        db
     }
 }
 

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Semaphore;
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually, wait_for_listen};
+use crate::common::{THROUGH_PGBOUNCER, TestDb, WAIT, count_jobs, eventually, wait_for_listen};
 use crate::proxy::Proxy;
 
 /// A pool on `url` that connects lazily (so it can be made while cut off).
@@ -41,8 +41,8 @@ async fn started(sem: &Semaphore) {
 #[tokio::test]
 async fn a_stale_worker_cannot_overwrite_a_requeued_run() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start("127.0.0.1:5432").await;
-    let client_a = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let proxy = Proxy::start(&db.queue_target()).await;
+    let client_a = db.client_on(pool_on(&proxy.url(&db.url()), 4), true);
     let (a_started, a_go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
     let (s, g) = (a_started.clone(), a_go.clone());
     let worker_a = Worker::builder(&client_a)
@@ -117,10 +117,10 @@ async fn a_stale_worker_cannot_overwrite_a_requeued_run() {
 #[tokio::test]
 async fn a_worker_cut_off_mid_transaction_releases_its_locks() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let proxy = Proxy::start(&db.queue_target()).await;
     // A's first rescue holds the lock when its statement goes out; freeze there.
     proxy.freeze_after(b"Recover jobs whose lease expired", 0);
-    let client_a = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let client_a = db.client_on(pool_on(&proxy.url(&db.url()), 4), true);
     let worker_a = Worker::builder(&client_a)
         .rescue_interval(Duration::from_millis(50))
         .register_fn("work", |_, _| async { Ok(Value::Null) })
@@ -561,8 +561,8 @@ async fn panicking_background_tasks_are_restarted_and_reported() {
 #[tokio::test]
 async fn an_enqueue_whose_acknowledgement_is_lost_returns_ok_and_inserts_once() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start("127.0.0.1:5432").await;
-    let client = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let proxy = Proxy::start(&db.queue_target()).await;
+    let client = db.client_on(pool_on(&proxy.url(&db.url()), 4), true);
 
     // 128 jobs in one autocommit statement: the reply to its parameters is lost.
     let task = format!("lost-ack-{}", uuid::Uuid::new_v4().simple());
@@ -633,10 +633,17 @@ async fn an_enqueue_whose_acknowledgement_is_lost_returns_ok_and_inserts_once() 
 #[tokio::test]
 async fn an_enqueue_retried_after_its_job_finished_inserts_it_once() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start("127.0.0.1:5432").await;
-    let client = Client::new(pool_on(&proxy.url(&db.url()), 4));
+    let proxy = Proxy::start(&db.queue_target()).await;
+    let client = db.client_on(pool_on(&proxy.url(&db.url()), 4), true);
     let task = format!("lost-then-done-{}", uuid::Uuid::new_v4().simple());
-    proxy.lose_next_reply_to_then_cut(task.as_bytes());
+    // Through PgBouncer the insert runs in a transaction of its own: only
+    // the reply to its COMMIT can be lost after the job is committed.
+    let needle = if THROUGH_PGBOUNCER {
+        &b"COMMIT"[..]
+    } else {
+        task.as_bytes()
+    };
+    proxy.lose_next_reply_to_then_cut(needle);
     let enqueue = tokio::spawn({
         let (client, task) = (client.clone(), task.clone());
         async move { client.enqueue(NewJob::new(task, json!(1))).await }

@@ -134,12 +134,14 @@ async fn a_missed_slot_is_enqueued_once_or_skipped_as_configured() {
 #[tokio::test]
 async fn a_leader_cut_off_from_the_database_hands_over() {
     let db = TestDb::new().await;
-    let proxy = crate::proxy::Proxy::start("127.0.0.1:5432").await;
+    let proxy = crate::proxy::Proxy::start(&db.queue_target()).await;
     // A takes the lock, then its leadership connection hears nothing more.
+    // (Through PgBouncer A leads in a transaction, through the proxy too.)
     proxy.freeze_after(b"conveyor.periodic:", 1);
-    let client_a = conveyor::Client::connect(&proxy.url(&db.url()))
-        .await
+    let pool_a = conveyor::pool_options()
+        .connect_lazy(&proxy.url(&db.url()))
         .unwrap();
+    let client_a = db.client_on(pool_a, false);
     let schedule = || Periodic::every("cut", Duration::from_millis(500), tick);
     let a = Worker::builder(&client_a)
         .periodic(schedule())

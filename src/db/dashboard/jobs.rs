@@ -114,7 +114,7 @@ async fn list_on(
             .bind(args)
             .bind(error)
             .bind(search.finished_within_secs)
-            .fetch_all(&mut *conn)
+            .fetch_all(q.on(&mut *conn))
             .await?
     } else {
         let before = match page.cursor {
@@ -130,7 +130,7 @@ async fn list_on(
                 .bind(page.limit)
                 .bind(args)
                 .bind(error)
-                .fetch_all(&mut *conn)
+                .fetch_all(q.on(&mut *conn))
                 .await?
         } else {
             sqlx::query_as(statement(q, include_str!("../dashboard_jobs_active.sql")))
@@ -142,7 +142,7 @@ async fn list_on(
                 .bind(page.limit)
                 .bind(args)
                 .bind(error)
-                .fetch_all(&mut *conn)
+                .fetch_all(q.on(&mut *conn))
                 .await?
         }
     };
@@ -173,7 +173,7 @@ pub(crate) async fn count_jobs(
             .bind(error)
             .bind(search.finished_within_secs)
             .bind(cap)
-            .fetch_one(&mut *conn)
+            .fetch_one(q.on(&mut *conn))
             .await?
         } else if page.state == JobState::Pending {
             sqlx::query_scalar(statement(q, include_str!("../dashboard_count_pending.sql")))
@@ -183,7 +183,7 @@ pub(crate) async fn count_jobs(
                 .bind(args)
                 .bind(error)
                 .bind(cap)
-                .fetch_one(&mut *conn)
+                .fetch_one(q.on(&mut *conn))
                 .await?
         } else {
             sqlx::query_scalar(statement(q, include_str!("../dashboard_count_active.sql")))
@@ -194,7 +194,7 @@ pub(crate) async fn count_jobs(
                 .bind(args)
                 .bind(error)
                 .bind(cap)
-                .fetch_one(&mut *conn)
+                .fetch_one(q.on(&mut *conn))
                 .await?
         };
         Ok(count)
@@ -215,7 +215,7 @@ pub(crate) async fn jobs_by_id_range(
             .bind(low)
             .bind(high)
             .bind(limit)
-            .fetch_all(pool)
+            .fetch_all(q.on(pool))
             .await?,
     )
 }
@@ -231,7 +231,7 @@ pub(crate) async fn cancel_jobs(
         sqlx::query_as(statement(q, include_str!("../dashboard_cancel_jobs.sql")))
             .persistent(false)
             .bind(ids)
-            .fetch_all(pool)
+            .fetch_all(q.on(pool))
             .await?,
     )
 }
@@ -248,6 +248,6 @@ pub(crate) async fn workflow_jobs(
         .persistent(false)
         .bind(workflow)
         .bind(limit)
-        .fetch_all(pool)
+        .fetch_all(q.on(pool))
         .await?)
 }

@@ -44,7 +44,7 @@ pub(crate) struct Leader {
 pub(crate) async fn periodic_schedules(pool: &PgPool, q: &Queries) -> Result<Vec<Schedule>> {
     Ok(
         sqlx::query_as(statement(q, include_str!("../dashboard_periodic.sql")))
-            .fetch_all(pool)
+            .fetch_all(q.on(pool))
             .await?,
     )
 }
@@ -53,6 +53,6 @@ pub(crate) async fn periodic_leader(pool: &PgPool, q: &Queries) -> Result<Leader
     let sql = statement(q, include_str!("../dashboard_periodic_leader.sql"));
     Ok(sqlx::query_as(sql)
         .bind(crate::db::periodic_lock_name(q))
-        .fetch_one(pool)
+        .fetch_one(q.on(pool))
         .await?)
 }

@@ -48,7 +48,7 @@ pub(crate) async fn chart(
                 .persistent(false)
                 .bind(chart.step_minutes)
                 .bind(chart.buckets)
-                .fetch_one(&mut *conn)
+                .fetch_one(q.on(&mut *conn))
                 .await?;
         let query = StatsQuery {
             since: window.since,

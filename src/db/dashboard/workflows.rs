@@ -76,7 +76,7 @@ pub(crate) async fn list_workflows(
             .bind(kind)
             .bind(before)
             .bind(limit)
-            .fetch_all(pool)
+            .fetch_all(q.on(pool))
             .await?,
     )
 }
@@ -90,7 +90,7 @@ pub(crate) async fn workflow_tree(
     Ok(
         sqlx::query_as(statement(q, include_str!("../dashboard_workflow_tree.sql")))
             .bind(id)
-            .fetch_all(pool)
+            .fetch_all(q.on(pool))
             .await?,
     )
 }
@@ -110,6 +110,6 @@ pub(crate) async fn graph_jobs(
         .bind(workflows)
         .bind(per_workflow)
         .bind(also)
-        .fetch_all(pool)
+        .fetch_all(q.on(pool))
         .await?)
 }

@@ -1,0 +1,165 @@
+//! One PgBouncer (Debian's `pgbouncer`, 1.18) per test binary, in
+//! transaction mode on a private port, for the `pgbouncer` test target: it
+//! runs the integration suite again with every queue connection through it.
+//!
+//! Every database of the shared server is reached through it (a `*`
+//! wildcard), each with a pool of [`SERVER_CONNECTIONS`] server
+//! connections, few enough that clients really share them. It is started
+//! by the first test that needs it and stops when the test binary exits
+//! (a shell waits on the binary's end of a pipe, then kills it and removes
+//! its directory, log included). When
+//! `pgbouncer` is missing, it is installed with `apt-get` (as root, or
+//! through `sudo -n`), as the browser test installs Chromium.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Server connections per database (PgBouncer's `default_pool_size`).
+pub const SERVER_CONNECTIONS: u32 = 3;
+
+/// The running PgBouncer: its port, and the shell that stops it when this
+/// process ends (its stdin is our end of a pipe).
+struct Bouncer {
+    port: u16,
+    _watch: Child,
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+fn binary() -> Option<PathBuf> {
+    ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// Installs Debian's `pgbouncer` with `apt-get`, as root or through `sudo -n`.
+fn install() {
+    let root = is_root();
+    let apt = |args: &[&str]| {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", "apt-get"]);
+            sudo
+        };
+        command
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .status()
+    };
+    eprintln!("pgbouncer is missing: installing it");
+    let installed = apt(&["install", "-y", "-q", "pgbouncer"]).is_ok_and(|s| s.success())
+        || (apt(&["update", "-q"]).is_ok_and(|s| s.success())
+            && apt(&["install", "-y", "-q", "pgbouncer"]).is_ok_and(|s| s.success()));
+    if !installed {
+        eprintln!("apt-get could not install pgbouncer");
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn config(dir: &Path, port: u16, server: (&str, u16)) -> String {
+    let (host, server_port) = server;
+    format!(
+        "[databases]\n\
+         * = host={host} port={server_port} user=postgres\n\
+         [pgbouncer]\n\
+         listen_addr = 127.0.0.1\n\
+         listen_port = {port}\n\
+         unix_socket_dir =\n\
+         auth_type = any\n\
+         pool_mode = transaction\n\
+         default_pool_size = {SERVER_CONNECTIONS}\n\
+         max_client_conn = 2000\n\
+         ignore_startup_parameters = extra_float_digits\n\
+         logfile = {log}\n\
+         pidfile = {pid}\n",
+        log = dir.join("pgbouncer.log").display(),
+        pid = dir.join("pgbouncer.pid").display(),
+    )
+}
+
+fn start(server: (&str, u16)) -> Bouncer {
+    let bin = binary().or_else(|| {
+        install();
+        binary()
+    });
+    let bin = bin.expect(
+        "the pgbouncer tests need PgBouncer (/usr/sbin/pgbouncer, Debian's `pgbouncer`) \
+         and could not install it",
+    );
+    let dir = std::env::temp_dir().join(format!("conveyor-pgb-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let port = free_port();
+    let ini = dir.join("pgbouncer.ini");
+    std::fs::File::create(&ini)
+        .and_then(|mut f| f.write_all(config(&dir, port, server).as_bytes()))
+        .expect("write pgbouncer.ini");
+    // PgBouncer refuses to run as root: it switches to `postgres` (-u).
+    let user = if is_root() {
+        let _ = Command::new("chown")
+            .args(["-R", "postgres"])
+            .arg(&dir)
+            .status();
+        "-u postgres"
+    } else {
+        ""
+    };
+    // Stops PgBouncer and removes its directory when our end of its stdin
+    // closes, i.e. when the test binary exits, however it exits.
+    let script = format!(
+        "{bin} {user} {ini} & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf {dir}",
+        bin = bin.display(),
+        ini = ini.display(),
+        dir = dir.display(),
+    );
+    let watch = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start pgbouncer");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "PgBouncer did not listen within 20 s; see {}",
+            dir.join("pgbouncer.log").display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "PgBouncer on 127.0.0.1:{port} (transaction mode, {SERVER_CONNECTIONS} server \
+         connections per database), log {}",
+        dir.join("pgbouncer.log").display()
+    );
+    Bouncer {
+        port,
+        _watch: watch,
+    }
+}
+
+/// The port of this binary's PgBouncer (started on first use) in front of
+/// the server at `server` (host, port).
+pub fn port(server: (&str, u16)) -> u16 {
+    static BOUNCER: OnceLock<Bouncer> = OnceLock::new();
+    BOUNCER.get_or_init(|| start(server)).port
+}
