@@ -15,6 +15,9 @@
 //! as it takes 30 minutes.
 
 mod baseline;
+#[allow(dead_code)] // the pgbouncer tests' launcher; N starts its own
+#[path = "../../tests/integration/common/bouncer.rs"]
+mod bouncer;
 #[allow(dead_code)] // the chaos test's private cluster; N uses part of it
 #[path = "../../tests/chaos/cluster.rs"]
 mod cluster;

@@ -55,6 +55,8 @@ pub struct Config {
     pub hosts: Vec<usize>,
     pub host_processes: usize,
     pub host_concurrency: usize,
+    /// N: worker processes of the fleet run through PgBouncer.
+    pub fleet_processes: usize,
 }
 
 impl Config {
@@ -84,6 +86,7 @@ impl Config {
             hosts: vec![1, 2, 3],
             host_processes: 1,
             host_concurrency: 100,
+            fleet_processes: crate::hosts::FLEET,
         }
     }
 
@@ -114,6 +117,7 @@ impl Config {
             hosts: vec![1],
             host_processes: 1,
             host_concurrency: 100,
+            fleet_processes: 10,
         }
     }
 }
@@ -310,6 +314,9 @@ pub struct ProcessRun {
 pub struct Spot {
     pub netns: Option<String>,
     pub url: String,
+    /// Through a transaction-mode pooler: the worker's `Pooler`
+    /// ([`crate::support::POOLER_ENV`]); `None` for a direct connection.
+    pub pooler: Option<String>,
 }
 
 /// Runs `jobs` preloaded no-op jobs through `processes` worker processes of
@@ -325,6 +332,7 @@ pub async fn process_once(
     let here = Spot {
         netns: None,
         url: db.url.clone(),
+        pooler: None,
     };
     process_on(db, jobs, &vec![here; processes], concurrency, claim_ahead).await
 }
@@ -341,9 +349,25 @@ pub async fn process_on(
     db.client.pause_queue(QUEUE).await?;
     let children = spots
         .iter()
-        .map(|s| WorkerChild::start_on(s.netns.as_deref(), &s.url, concurrency, None, claim_ahead))
+        .map(|s| {
+            let pooler = s.pooler.as_deref();
+            WorkerChild::start_on(
+                s.netns.as_deref(),
+                &s.url,
+                concurrency,
+                None,
+                claim_ahead,
+                pooler,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
-    db.wait_listeners(spots.len() as i64).await?;
+    // Workers that poll do not LISTEN: wait for them in the registry.
+    let polling = spots
+        .iter()
+        .filter(|s| s.pooler.as_deref() == Some("poll"))
+        .count();
+    db.wait_listeners((spots.len() - polling) as i64).await?;
+    db.wait_registered(polling as i64).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
     if std::env::var(NO_CHECKPOINT_ENV).is_err() {
         db.checkpoint().await?;

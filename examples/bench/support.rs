@@ -31,6 +31,10 @@ pub const NO_CHECKPOINT_ENV: &str = "CONVEYOR_BENCH_NO_CHECKPOINT";
 pub const RETENTION_ENV: &str = "CONVEYOR_BENCH_RETENTION_SECS";
 /// Tells a worker child its claim-ahead cap (unset or empty: the default).
 pub const AHEAD_ENV: &str = "CONVEYOR_BENCH_CLAIM_AHEAD";
+/// How a worker child reaches PostgreSQL when its `DATABASE_URL` is a
+/// PgBouncer in transaction mode: `poll` (no session: idle workers poll every
+/// 100 ms), or a direct session URL for `LISTEN`. Unset or empty: no pooler.
+pub const POOLER_ENV: &str = "CONVEYOR_BENCH_POOLER";
 
 /// A database created for one benchmark run and dropped at the end.
 pub struct BenchDb {
@@ -197,6 +201,24 @@ impl BenchDb {
                 return Err(format!("only {seen} of {n} worker listeners connected").into());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits until at least `n` live workers are in the registry.
+    pub async fn wait_registered(&self, n: i64) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let seen: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM conveyor.workers WHERE dead_at IS NULL")
+                    .fetch_one(&self.pool)
+                    .await?;
+            if seen >= n {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("only {seen} of {n} workers registered").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -374,7 +396,7 @@ impl WorkerChild {
         retention_secs: Option<u64>,
         claim_ahead: Option<usize>,
     ) -> Result<WorkerChild> {
-        WorkerChild::start_on(None, url, concurrency, retention_secs, claim_ahead)
+        WorkerChild::start_on(None, url, concurrency, retention_secs, claim_ahead, None)
     }
 
     /// [`WorkerChild::start_with`], in network namespace `netns` if given
@@ -385,6 +407,7 @@ impl WorkerChild {
         concurrency: usize,
         retention_secs: Option<u64>,
         claim_ahead: Option<usize>,
+        pooler: Option<&str>,
     ) -> Result<WorkerChild> {
         let exe = std::env::current_exe()?;
         let mut cmd = match netns {
@@ -411,6 +434,7 @@ impl WorkerChild {
                 claim_ahead.map(|n| n.to_string()).unwrap_or_default(),
             )
             .env("DATABASE_URL", url)
+            .env(POOLER_ENV, pooler.unwrap_or_default())
             .env(
                 RETENTION_ENV,
                 retention_secs.map(|s| s.to_string()).unwrap_or_default(),
@@ -485,7 +509,19 @@ pub async fn worker_child_main(concurrency: usize) -> Result<()> {
         .test_before_acquire(std::env::var(PING_ENV).is_ok())
         .connect(&url)
         .await?;
-    let client = Client::new(pool);
+    let mut client = Client::builder(pool);
+    match std::env::var(POOLER_ENV).ok().filter(|s| !s.is_empty()) {
+        None => {}
+        Some(how) if how == "poll" => {
+            let pooler =
+                conveyor::Pooler::transaction_mode().poll_every(Duration::from_millis(100));
+            client = client.pooler(pooler);
+        }
+        Some(session) => {
+            client = client.pooler(conveyor::Pooler::transaction_mode().session_url(session));
+        }
+    }
+    let client = client.build()?;
     let mut builder = conveyor::Worker::builder(&client)
         .queues([QUEUE])
         .concurrency(concurrency)

@@ -23,7 +23,7 @@ pub const SERVER_CONNECTIONS: u32 = 3;
 
 /// The running PgBouncer: its port, and the shell that stops it when this
 /// process ends (its stdin is our end of a pipe).
-struct Bouncer {
+pub struct Bouncer {
     port: u16,
     _watch: Child,
 }
@@ -75,85 +75,112 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-fn config(dir: &Path, port: u16, server: (&str, u16)) -> String {
-    let (host, server_port) = server;
+/// Where a PgBouncer listens and what it pools (the benchmark starts its
+/// own with these; the tests share one made by [`port`]).
+pub struct Options {
+    /// Addresses to listen on, besides 127.0.0.1.
+    pub listen: Vec<String>,
+    /// The server: host, port.
+    pub server: (String, u16),
+    /// Server connections per database (`default_pool_size`).
+    pub pool_size: u32,
+}
+
+fn config(dir: &Path, port: u16, options: &Options) -> String {
+    let (host, server_port) = &options.server;
+    let listen = std::iter::once("127.0.0.1")
+        .chain(options.listen.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(",");
     format!(
         "[databases]\n\
          * = host={host} port={server_port} user=postgres\n\
          [pgbouncer]\n\
-         listen_addr = 127.0.0.1\n\
+         listen_addr = {listen}\n\
          listen_port = {port}\n\
          unix_socket_dir =\n\
          auth_type = any\n\
          pool_mode = transaction\n\
-         default_pool_size = {SERVER_CONNECTIONS}\n\
+         default_pool_size = {pool_size}\n\
          max_client_conn = 2000\n\
          ignore_startup_parameters = extra_float_digits\n\
          logfile = {log}\n\
          pidfile = {pid}\n",
+        pool_size = options.pool_size,
         log = dir.join("pgbouncer.log").display(),
         pid = dir.join("pgbouncer.pid").display(),
     )
 }
 
-fn start(server: (&str, u16)) -> Bouncer {
-    let bin = binary().or_else(|| {
-        install();
-        binary()
-    });
-    let bin = bin.expect(
-        "the pgbouncer tests need PgBouncer (/usr/sbin/pgbouncer, Debian's `pgbouncer`) \
+impl Bouncer {
+    /// Starts a PgBouncer in transaction mode; it stops when this is dropped
+    /// (or when the process exits, however it exits).
+    pub fn start(options: &Options) -> Bouncer {
+        let bin = binary().or_else(|| {
+            install();
+            binary()
+        });
+        let bin = bin.expect(
+            "the pgbouncer tests need PgBouncer (/usr/sbin/pgbouncer, Debian's `pgbouncer`) \
          and could not install it",
-    );
-    let dir = std::env::temp_dir().join(format!("conveyor-pgb-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let port = free_port();
-    let ini = dir.join("pgbouncer.ini");
-    std::fs::File::create(&ini)
-        .and_then(|mut f| f.write_all(config(&dir, port, server).as_bytes()))
-        .expect("write pgbouncer.ini");
-    // PgBouncer refuses to run as root: it switches to `postgres` (-u).
-    let user = if is_root() {
-        let _ = Command::new("chown")
-            .args(["-R", "postgres"])
-            .arg(&dir)
-            .status();
-        "-u postgres"
-    } else {
-        ""
-    };
-    // Stops PgBouncer and removes its directory when our end of its stdin
-    // closes, i.e. when the test binary exits, however it exits.
-    let script = format!(
-        "{bin} {user} {ini} & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf {dir}",
-        bin = bin.display(),
-        ini = ini.display(),
-        dir = dir.display(),
-    );
-    let watch = Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start pgbouncer");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "PgBouncer did not listen within 20 s; see {}",
+        );
+        let dir =
+            std::env::temp_dir().join(format!("conveyor-pgb-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let port = free_port();
+        let ini = dir.join("pgbouncer.ini");
+        std::fs::File::create(&ini)
+            .and_then(|mut f| f.write_all(config(&dir, port, options).as_bytes()))
+            .expect("write pgbouncer.ini");
+        // PgBouncer refuses to run as root: it switches to `postgres` (-u).
+        let user = if is_root() {
+            let _ = Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&dir)
+                .status();
+            "-u postgres"
+        } else {
+            ""
+        };
+        // Stops PgBouncer and removes its directory when our end of its stdin
+        // closes, i.e. when the test binary exits, however it exits.
+        let script = format!(
+            "{bin} {user} {ini} & pid=$!; cat >/dev/null; kill $pid; wait $pid; rm -rf {dir}",
+            bin = bin.display(),
+            ini = ini.display(),
+            dir = dir.display(),
+        );
+        let watch = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pgbouncer");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "PgBouncer did not listen within 20 s; see {}",
+                dir.join("pgbouncer.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "PgBouncer on port {port} (transaction mode, {} server connections per \
+         database), log {}",
+            options.pool_size,
             dir.join("pgbouncer.log").display()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        Bouncer {
+            port,
+            _watch: watch,
+        }
     }
-    eprintln!(
-        "PgBouncer on 127.0.0.1:{port} (transaction mode, {SERVER_CONNECTIONS} server \
-         connections per database), log {}",
-        dir.join("pgbouncer.log").display()
-    );
-    Bouncer {
-        port,
-        _watch: watch,
+
+    /// Its port (on 127.0.0.1 and every address of [`Options::listen`]).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 }
 
@@ -161,5 +188,13 @@ fn start(server: (&str, u16)) -> Bouncer {
 /// the server at `server` (host, port).
 pub fn port(server: (&str, u16)) -> u16 {
     static BOUNCER: OnceLock<Bouncer> = OnceLock::new();
-    BOUNCER.get_or_init(|| start(server)).port
+    BOUNCER
+        .get_or_init(|| {
+            Bouncer::start(&Options {
+                listen: Vec::new(),
+                server: (server.0.to_string(), server.1),
+                pool_size: SERVER_CONNECTIONS,
+            })
+        })
+        .port
 }
