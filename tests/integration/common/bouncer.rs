@@ -196,5 +196,5 @@ pub fn port(server: (&str, u16)) -> u16 {
                 pool_size: SERVER_CONNECTIONS,
             })
         })
-        .port
+        .port()
 }
