@@ -72,6 +72,8 @@ CREATE TABLE conveyor.stats_totals (
 
 COMMENT ON TABLE conveyor.stats_totals IS
     'All-time sums, by queue and task, of the conveyor.stats rows deleted from shards other than 0 (folded or past retention); with the rows still in those shards, the all-time totals (never pruned).';
+COMMENT ON COLUMN conveyor.stats_totals.queue IS 'The jobs'' queue.';
+COMMENT ON COLUMN conveyor.stats_totals.task IS 'The jobs'' task.';
 COMMENT ON COLUMN conveyor.stats_totals.enqueued IS 'Jobs that entered the unfinished table (see conveyor.stats.enqueued).';
 COMMENT ON COLUMN conveyor.stats_totals.succeeded IS 'Attempts that succeeded.';
 COMMENT ON COLUMN conveyor.stats_totals.failed IS 'Jobs that failed for good.';
