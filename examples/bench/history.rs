@@ -13,7 +13,7 @@ use crate::scenarios::{Config, Line, process_once};
 use crate::support::{BenchDb, QUEUE, Result, TASK};
 
 /// Days the loaded history is spread over.
-const DAYS: i64 = 30;
+pub const DAYS: i64 = 30;
 
 /// G: C (1 process, concurrency 100), enqueue, list, fetch and a retention
 /// pass, with 0 … N finished jobs kept and future jobs present.
@@ -88,7 +88,7 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
 
 /// Inserts `n` successes spread evenly over the last [`DAYS`] days (one
 /// statement per million), ids after `offset`.
-async fn load_history(db: &BenchDb, offset: u64, n: u64) -> Result<()> {
+pub async fn load_history(db: &BenchDb, offset: u64, n: u64) -> Result<()> {
     let mut done = 0;
     while done < n {
         let take = (n - done).min(1_000_000) as i64;

@@ -1,4 +1,4 @@
-//! Conveyor's benchmark: scenarios A–H, N and S of docs/benchmarks.md
+//! Conveyor's benchmark: scenarios A–H, M, N and S of docs/benchmarks.md
 //! against a database it creates and drops (N: on a private cluster it
 //! starts). Prints one JSON line per result, then a table. Figures only:
 //! nothing here asserts a timing.
@@ -24,6 +24,8 @@ mod cluster;
 mod cpu;
 mod history;
 mod hosts;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[allow(dead_code)] // the chaos test's hosts; N does not cut links
 #[path = "../../tests/chaos/hosts.rs"]
 mod net;
@@ -50,7 +52,7 @@ struct Args {
     /// Small sizes: seconds in all. For CI.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,N,S,idle).
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,idle).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also run H (the 30-minute soak) with the rest.
@@ -59,7 +61,7 @@ struct Args {
     /// Runs per measurement (medians are reported).
     #[arg(long)]
     runs: Option<usize>,
-    /// G: finished-job counts to measure at, comma-separated (default
+    /// G and M: finished-job counts to measure at, comma-separated (default
     /// 0,1000000,10000000).
     #[arg(long, value_delimiter = ',')]
     history: Vec<u64>,
@@ -154,7 +156,9 @@ async fn run(args: Args) -> Result<()> {
 /// The scenarios in the order they run. Each gets a database of its own,
 /// created before it and dropped after it, so none inherits another's
 /// bloat (E leaves a million-row backlog behind) or settings.
-const SCENARIOS: [&str; 11] = ["A", "B", "C", "F", "N", "D", "E", "idle", "S", "G", "H"];
+const SCENARIOS: [&str; 12] = [
+    "A", "B", "C", "F", "N", "D", "E", "idle", "S", "G", "M", "H",
+];
 
 async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
     let mut lines: Vec<Line> = Vec::new();
@@ -206,6 +210,11 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
         "E" => scenarios::mixed(db, cfg).await,
         "idle" => scenarios::idle(db, cfg).await,
         "G" => history::scale(db, cfg).await,
+        #[cfg(feature = "metrics")]
+        "M" => metrics::scrapes(db, cfg).await,
+        // The scrape needs the `metrics` feature (`--all-features`).
+        #[cfg(not(feature = "metrics"))]
+        "M" => Ok(Vec::new()),
         "H" => scenarios::soak(db, cfg).await,
         "S" => snapshot::held_snapshot(db, cfg).await,
         other => Err(format!("unknown scenario {other}").into()),

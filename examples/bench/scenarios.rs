@@ -35,6 +35,8 @@ pub struct Config {
     /// G: finished jobs retained, per level; and future jobs present.
     pub history: Vec<u64>,
     pub future: u64,
+    /// M: days of folded rollups present.
+    pub rollup_days: i64,
     /// H: seconds, enqueue rate (jobs/s), sample period, retention.
     pub soak_secs: u64,
     pub soak_rate: u64,
@@ -72,6 +74,7 @@ impl Config {
             mixed_secs: 60,
             history: vec![0, 1_000_000, 10_000_000],
             future: 1_000_000,
+            rollup_days: 30,
             soak_secs: 1_800,
             soak_rate: 5_000,
             soak_sample_secs: 60,
@@ -103,6 +106,7 @@ impl Config {
             mixed_secs: 2,
             history: vec![0, 5_000],
             future: 1_000,
+            rollup_days: 1,
             soak_secs: 4,
             soak_rate: 500,
             soak_sample_secs: 1,

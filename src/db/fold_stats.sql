@@ -12,6 +12,9 @@
 -- after) makes a shard row again, which readers sum as ever. Reads the
 -- primary key's range of minutes; a row another statement folds at the
 -- same time is deleted once (the second waits for its lock, then skips it).
+-- The rows deleted here are added to conveyor.stats_totals by the trigger
+-- stats_totals (migration V9), in this statement: the all-time totals the
+-- metrics serve.
 WITH bounds AS (
     SELECT $1::timestamptz AS since,
            least($1::timestamptz + interval '1 hour',
@@ -24,7 +27,8 @@ gone AS (
 ),
 folded AS (
     INSERT INTO conveyor.stats AS s
-        (minute, queue, task, shard, succeeded, failed, retried, rescued, cancelled, wait_ms, run_ms)
+        (minute, queue, task, shard, succeeded, failed, retried, rescued, cancelled, wait_ms, run_ms,
+         enqueued, wait_ms_sum, run_ms_sum)
     SELECT minute, queue, task, 0,
            sum(succeeded), sum(failed), sum(retried), sum(rescued), sum(cancelled),
            array_replace(ARRAY[
@@ -38,7 +42,8 @@ folded AS (
                sum(run_ms[6]), sum(run_ms[7]), sum(run_ms[8]), sum(run_ms[9]), sum(run_ms[10]),
                sum(run_ms[11]), sum(run_ms[12]), sum(run_ms[13]), sum(run_ms[14]), sum(run_ms[15]),
                sum(run_ms[16]), sum(run_ms[17]), sum(run_ms[18]), sum(run_ms[19])
-           ], NULL, 0)::bigint[]
+           ], NULL, 0)::bigint[],
+           sum(enqueued), sum(wait_ms_sum), sum(run_ms_sum)
     FROM gone
     GROUP BY minute, queue, task
     ORDER BY minute, queue, task
@@ -49,7 +54,10 @@ folded AS (
         rescued = s.rescued + EXCLUDED.rescued,
         cancelled = s.cancelled + EXCLUDED.cancelled,
         wait_ms = conveyor_internal.histogram_add(s.wait_ms, EXCLUDED.wait_ms),
-        run_ms = conveyor_internal.histogram_add(s.run_ms, EXCLUDED.run_ms)
+        run_ms = conveyor_internal.histogram_add(s.run_ms, EXCLUDED.run_ms),
+        enqueued = s.enqueued + EXCLUDED.enqueued,
+        wait_ms_sum = s.wait_ms_sum + EXCLUDED.wait_ms_sum,
+        run_ms_sum = s.run_ms_sum + EXCLUDED.run_ms_sum
     RETURNING 1
 )
 SELECT greatest(b.since, b.until) AS until,

@@ -38,6 +38,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/cancel.sql"),
     ),
     (
+        "count_enqueued",
+        include_str!("../../migrations/functions/count_enqueued.sql"),
+    ),
+    (
         "count_outcomes",
         include_str!("../../migrations/functions/count_outcomes.sql"),
     ),
@@ -144,6 +148,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
     (
         "stats_buckets_ms",
         include_str!("../../migrations/functions/stats_buckets_ms.sql"),
+    ),
+    (
+        "stats_to_totals",
+        include_str!("../../migrations/functions/stats_to_totals.sql"),
     ),
     (
         "unique_key",

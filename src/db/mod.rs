@@ -17,6 +17,8 @@ mod enqueue;
 mod exec;
 mod inspect;
 mod maintenance;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod migrations;
 #[cfg(test)]
 mod model_test;
@@ -49,6 +51,8 @@ pub(crate) use maintenance::{
     periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
     ring_blocker, rotate_ready, stats_unfolded, try_lead_periodic,
 };
+#[cfg(feature = "metrics")]
+pub(crate) use metrics::{MetricsQueue, MetricsTotals, metrics_queues, metrics_totals};
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
 };
@@ -136,6 +140,10 @@ pub(crate) struct Queries {
     list_job_ids: &'static str,
     count_jobs: &'static str,
     queue_stats: &'static str,
+    #[cfg(feature = "metrics")]
+    metrics_totals: &'static str,
+    #[cfg(feature = "metrics")]
+    metrics_queues: &'static str,
     stats: &'static str,
     delete_jobs: &'static str,
     enqueued_jobs: &'static str,
@@ -264,6 +272,10 @@ impl Queries {
             list_job_ids: load(include_str!("list_job_ids.sql")),
             count_jobs: load(include_str!("count_jobs.sql")),
             queue_stats: load(include_str!("queue_stats.sql")),
+            #[cfg(feature = "metrics")]
+            metrics_totals: load(include_str!("metrics_totals.sql")),
+            #[cfg(feature = "metrics")]
+            metrics_queues: load(include_str!("metrics_queues.sql")),
             stats: load(include_str!("stats.sql")),
             delete_jobs: load(include_str!("delete_jobs.sql")),
             enqueued_jobs: load(include_str!("enqueued_jobs.sql")),

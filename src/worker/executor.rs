@@ -20,8 +20,6 @@ use crate::worker::lease::Lease;
 #[derive(Clone)]
 pub(crate) struct Limits {
     pub worker_id: Arc<str>,
-    #[cfg(feature = "metrics")]
-    pub metrics: Option<crate::Metrics>,
     pub default_timeout: Option<Duration>,
     pub cancel_grace: Duration,
     pub health: Arc<Health>,
@@ -62,15 +60,6 @@ pub(crate) async fn execute(
         lease_lost: lease.lost.clone(),
     };
     let timeout = job.timeout.or(handler.timeout()).or(limits.default_timeout);
-    let began = std::time::Instant::now();
-    let record = |state: JobState| {
-        #[cfg(feature = "metrics")]
-        if let Some(metrics) = &limits.metrics {
-            metrics.attempt(&job.queue, &job.task, state, began.elapsed());
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = (state, began);
-    };
     // A limit too far away to represent (Duration::MAX) means no limit.
     let deadline = timeout.and_then(|limit| tokio::time::Instant::now().checked_add(limit));
     let call = handler.call(ctx, job.args.clone()).instrument(span.clone());
@@ -103,14 +92,14 @@ pub(crate) async fn execute(
                 _ => {
                     running.0.abort();
                     let outcome = OutcomeRow::cancelled(&job, lease.token);
-                    span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes, record));
+                    span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes));
                     return;
                 }
             }
         }
     };
     let outcome = span.in_scope(|| outcome_of(&job, lease.token, result));
-    span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes, record));
+    span.in_scope(|| deliver(&job, &lease, outcome, &limits, &outcomes));
 }
 
 /// Hands the outcome to the completer, unless the lease was lost: then it
@@ -121,13 +110,11 @@ fn deliver(
     outcome: OutcomeRow,
     limits: &Limits,
     outcomes: &crate::worker::completer::Outbox,
-    record: impl Fn(JobState),
 ) {
     if lease.hand_over() {
         if outcome.state == JobState::Cancelled {
             tracing::info!("conveyor: job cancelled");
         }
-        record(outcome.state);
         outcomes.send(outcome);
     } else {
         tracing::warn!(

@@ -283,8 +283,6 @@ impl WorkerBuilder {
             safety_interval: self.safety_interval,
             limits: executor::Limits {
                 worker_id: worker_id.clone(),
-                #[cfg(feature = "metrics")]
-                metrics: self.metrics,
                 default_timeout: self.default_timeout,
                 cancel_grace: self.cancel_grace,
                 health: health.clone(),

@@ -1,13 +1,17 @@
-//! The Prometheus endpoint, scraped through its router; values match the table.
+//! The Prometheus endpoint, scraped through its router: gauges match the
+//! unfinished jobs and the registry, and the all-time counters and
+//! histograms (from the rollups) match what `conveyor.jobs` shows for a
+//! known workload, and still do after every job and every rollup row is
+//! pruned.
 
 use std::time::Duration;
 
-use conveyor::{Metrics, NewJob, TaskError, Worker};
+use conveyor::{Metrics, NewJob, Retention, TaskError, Worker};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::common::{TestDb, WAIT};
+use crate::common::{TestDb, WAIT, count_jobs, eventually};
 
 async fn scrape(metrics: &Metrics, client: &conveyor::Client) -> String {
     let response = metrics
@@ -32,7 +36,7 @@ fn sample(text: &str, name_and_labels: &str) -> f64 {
 }
 
 #[tokio::test]
-async fn the_metrics_endpoint_reports_what_the_table_holds() {
+async fn the_gauges_report_the_unfinished_jobs_and_the_registry() {
     let db = TestDb::new().await;
     let metrics = Metrics::new().unwrap();
     let c = &db.client;
@@ -41,10 +45,6 @@ async fn the_metrics_endpoint_reports_what_the_table_holds() {
             .await
             .unwrap();
     }
-    let bad = c
-        .enqueue(NewJob::new("bad", json!({})).queue("media").max_retries(0))
-        .await
-        .unwrap();
     c.enqueue(
         NewJob::new("later", json!({}))
             .queue("media")
@@ -59,43 +59,44 @@ async fn the_metrics_endpoint_reports_what_the_table_holds() {
 
     let worker = Worker::builder(c)
         .queues(["media"])
+        .concurrency(4)
         .metrics(metrics.clone())
         .register_fn("ok", |_, args| async move { Ok(args) })
-        .register_fn("bad", |_, _| async move {
-            Err::<Value, _>(TaskError::fail("nope"))
-        })
         .start()
         .unwrap();
-    bad.wait_job(WAIT).await.unwrap();
-    crate::common::eventually(WAIT, "ok jobs done", || async {
-        (crate::common::count_jobs(&db.pool, "task = 'ok' AND state = 'success'").await == 3)
-            .then_some(())
+    eventually(WAIT, "ok jobs done", || async {
+        (count_jobs(&db.pool, "task = 'ok' AND state = 'success'").await == 3).then_some(())
     })
     .await;
     // The registry: one live worker, serving media and not idle.
-    let text = crate::common::eventually(WAIT, "the worker registered", || async {
+    let text = eventually(WAIT, "the worker registered", || async {
         let text = scrape(&metrics, c).await;
         text.contains("conveyor_workers{state=\"live\"} 1")
             .then_some(text)
     })
     .await;
-    assert_eq!(
-        sample(&text, "conveyor_queue_live_workers{queue=\"media\"}"),
-        1.0
-    );
-    assert_eq!(
-        sample(&text, "conveyor_queue_live_workers{queue=\"idle\"}"),
-        0.0
-    );
+    let live = |q: &str| {
+        sample(
+            &text,
+            &format!("conveyor_queue_live_workers{{queue=\"{q}\"}}"),
+        )
+    };
+    assert_eq!((live("media"), live("idle")), (1.0, 0.0));
+    let slots = sample(&text, "conveyor_worker_slots{state=\"busy\"}")
+        + sample(&text, "conveyor_worker_slots{state=\"idle\"}");
+    assert_eq!(slots, 4.0, "the worker's concurrency");
     worker.shutdown(WAIT).await.unwrap();
 
     let text = scrape(&metrics, c).await;
     assert_eq!(sample(&text, "conveyor_workers{state=\"live\"}"), 0.0);
-    let table: Vec<(String, String, i64)> =
-        sqlx::query_as("SELECT queue, state, count(*) FROM conveyor.jobs GROUP BY 1, 2")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let table: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT queue, state, count(*) FROM conveyor.jobs
+         WHERE state IN ('scheduled', 'pending', 'started', 'retry') GROUP BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(table.len(), 2, "{table:?}");
     for (queue, state, n) in &table {
         let got = sample(
             &text,
@@ -104,35 +105,243 @@ async fn the_metrics_endpoint_reports_what_the_table_holds() {
         assert_eq!(got, *n as f64, "{queue}/{state}");
     }
     assert_eq!(
-        sample(&text, "conveyor_jobs{queue=\"media\",state=\"success\"}"),
-        3.0
+        sample(&text, "conveyor_jobs{queue=\"media\",state=\"started\"}"),
+        0.0,
+        "nothing in flight"
     );
-    assert_eq!(
-        sample(&text, "conveyor_jobs{queue=\"media\",state=\"failure\"}"),
-        1.0
+    assert!(
+        !text.contains("state=\"success\""),
+        "finished jobs are counters now"
     );
+    let size = |q: &str| sample(&text, &format!("conveyor_queue_size{{queue=\"{q}\"}}"));
     assert_eq!(
-        sample(&text, "conveyor_queue_size{queue=\"media\"}"),
-        1.0,
+        (size("media"), size("idle")),
+        (1.0, 1.0),
         "the scheduled one"
     );
-    assert_eq!(sample(&text, "conveyor_queue_size{queue=\"idle\"}"), 1.0);
-    assert_eq!(sample(&text, "conveyor_queue_paused{queue=\"idle\"}"), 1.0);
-    assert_eq!(sample(&text, "conveyor_queue_paused{queue=\"media\"}"), 0.0);
+    let paused = |q: &str| sample(&text, &format!("conveyor_queue_paused{{queue=\"{q}\"}}"));
+    assert_eq!((paused("idle"), paused("media")), (1.0, 0.0));
     assert!(sample(&text, "conveyor_queue_latency_seconds{queue=\"idle\"}") > 0.0);
+    assert_eq!(
+        sample(&text, "conveyor_queue_latency_seconds{queue=\"media\"}"),
+        0.0,
+        "nothing pending"
+    );
+}
+
+/// Counters and histograms of one (queue, task) in a scrape.
+#[derive(Debug, PartialEq)]
+struct Totals {
+    enqueued: f64,
+    succeeded: f64,
+    failed: f64,
+    retried: f64,
+    rescued: f64,
+    cancelled: f64,
+    waits: f64,
+    runs: f64,
+}
+
+fn totals(text: &str, task: &str) -> Totals {
+    let get = |name: &str| {
+        sample(
+            text,
+            &format!("{name}{{queue=\"default\",task=\"{task}\"}}"),
+        )
+    };
+    Totals {
+        enqueued: get("conveyor_jobs_enqueued_total"),
+        succeeded: get("conveyor_jobs_succeeded_total"),
+        failed: get("conveyor_jobs_failed_total"),
+        retried: get("conveyor_jobs_retried_total"),
+        rescued: get("conveyor_jobs_rescued_total"),
+        cancelled: get("conveyor_jobs_cancelled_total"),
+        waits: get("conveyor_job_queue_wait_seconds_count"),
+        runs: get("conveyor_job_run_seconds_count"),
+    }
+}
+
+/// What `conveyor.jobs` shows of one task, in the counters' terms.
+async fn table(db: &TestDb, task: &str) -> Totals {
+    let row: (i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*),
+                count(*) FILTER (WHERE state = 'success'),
+                count(*) FILTER (WHERE state = 'failure'),
+                count(*) FILTER (WHERE state = 'cancelled'),
+                -- every error but a final failure's is an attempt retried
+                (coalesce(sum(jsonb_array_length(errors)), 0)
+                    - count(*) FILTER (WHERE state = 'failure'))::bigint,
+                -- attempts a worker ended (none of the cancelled ones ran)
+                coalesce(sum(attempt) FILTER (WHERE state <> 'cancelled'), 0)::bigint
+         FROM conveyor.jobs WHERE task = $1",
+    )
+    .bind(task)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let f = |n: i64| n as f64;
+    Totals {
+        enqueued: f(row.0),
+        succeeded: f(row.1),
+        failed: f(row.2),
+        retried: f(row.4),
+        rescued: 0.0,
+        cancelled: f(row.3),
+        waits: f(row.5),
+        runs: f(row.5),
+    }
+}
+
+#[tokio::test]
+async fn the_counters_match_the_jobs_table_and_outlive_every_pruning() {
+    let db = TestDb::new().await;
+    let metrics = Metrics::new().unwrap();
+    let c = &db.client;
+    let fast = Duration::from_millis(10);
+    let mut jobs: Vec<NewJob> = (0..12).map(|i| NewJob::new("ok", json!(i))).collect();
+    jobs.extend((0..4).map(|_| NewJob::new("flaky", json!({})).retry_backoff_base(fast)));
+    jobs.extend((0..3).map(|_| {
+        NewJob::new("bad", json!({}))
+            .max_retries(1)
+            .retry_backoff_base(fast)
+    }));
+    c.enqueue_many(jobs).await.unwrap();
+    for _ in 0..2 {
+        let h = c
+            .enqueue(NewJob::new("ok", json!({})).delay(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        c.cancel(h.id()).await.unwrap();
+    }
+    // Through SQL too (conveyor.enqueue(), a trigger counts it).
+    sqlx::query("SELECT conveyor.enqueue('ok', '{}')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let worker = Worker::builder(c)
+        .register_fn("ok", |_, _| async { Ok(Value::Null) })
+        .register_fn("flaky", |ctx, _| async move {
+            if ctx.attempt() == 1 {
+                return Err(TaskError::retry("not yet"));
+            }
+            Ok(Value::Null)
+        })
+        .register_fn("bad", |_, _| async { Err(TaskError::retry("no")) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "every job final", || async {
+        (count_jobs(&db.pool, "state IN ('success', 'failure', 'cancelled')").await == 22)
+            .then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+
+    let mut expected = Vec::new();
+    for task in ["ok", "flaky", "bad"] {
+        expected.push(table(&db, task).await);
+    }
+    assert_eq!(
+        (
+            expected[0].enqueued,
+            expected[0].succeeded,
+            expected[0].cancelled
+        ),
+        (15.0, 13.0, 2.0)
+    );
+    assert_eq!((expected[1].retried, expected[1].runs), (4.0, 8.0));
+    assert_eq!((expected[2].failed, expected[2].retried), (3.0, 3.0));
+    let text = scrape(&metrics, c).await;
+    let seen = |text: &str| {
+        ["ok", "flaky", "bad"]
+            .iter()
+            .map(|t| totals(text, t))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(seen(&text), expected, "{text}");
+    assert!(
+        sample(
+            &text,
+            "conveyor_job_run_seconds_sum{queue=\"default\",task=\"ok\"}"
+        ) >= 0.0
+    );
     assert_eq!(
         sample(
             &text,
-            "conveyor_processed_total{queue=\"media\",task=\"ok\"}"
+            "conveyor_job_run_seconds_bucket{queue=\"default\",task=\"ok\",le=\"+Inf\"}"
         ),
-        3.0
+        13.0
     );
+
+    // Every job pruned, then every rollup row (their own retention): the
+    // totals stay, so a counter never goes down.
+    let jobs_only = Retention {
+        success: Some(Duration::ZERO),
+        failure: Some(Duration::ZERO),
+        cancelled: Some(Duration::ZERO),
+        stats: None,
+    };
+    assert_eq!(c.prune(&jobs_only).await.unwrap().deleted, 22);
+    assert_eq!(seen(&scrape(&metrics, c).await), expected, "after the jobs");
+    let everything = Retention {
+        stats: Some(Duration::ZERO),
+        ..jobs_only
+    };
+    c.prune(&everything).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.stats")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the rollups are gone");
     assert_eq!(
-        sample(&text, "conveyor_failed_total{queue=\"media\",task=\"bad\"}"),
-        1.0
+        seen(&scrape(&metrics, c).await),
+        expected,
+        "after the rollups"
     );
+}
+
+/// Folding the shards into shard 0 moves counts into the totals without
+/// counting them twice, and a rescue counts as a lost lease.
+#[tokio::test]
+async fn folding_and_rescues_keep_the_totals_exact() {
+    let db = TestDb::new().await;
+    let metrics = Metrics::new().unwrap();
+    let c = &db.client;
+    sqlx::query(
+        "INSERT INTO conveyor.jobs (task, state, attempt, started_at, lease_expires_at, worker_id, lease_token)
+         VALUES ('lost', 'started', 1, now(), now() - interval '1 second', 'gone', nextval('conveyor.lease_tokens'))",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let worker = Worker::builder(c)
+        .rescue_interval(Duration::from_millis(200))
+        .register_fn("lost", |_, _| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "the job rescued and run", || async {
+        (count_jobs(&db.pool, "task = 'lost' AND state = 'success'").await == 1).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    let before = totals(&scrape(&metrics, c).await, "lost");
     assert_eq!(
-        sample(&text, "conveyor_job_duration_seconds_count{task=\"ok\"}"),
-        3.0
+        (before.enqueued, before.rescued, before.succeeded),
+        (1.0, 1.0, 1.0)
     );
+    // The maintenance's fold statement, once the rows are an hour old.
+    sqlx::query("UPDATE conveyor.stats SET minute = minute - interval '1 hour'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(include_str!("../../src/db/fold_stats.sql"))
+        .bind(chrono::Utc::now() - chrono::Duration::hours(2))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let shards: Vec<i32> = sqlx::query_scalar("SELECT DISTINCT shard FROM conveyor.stats")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(shards, [0], "folded");
+    assert_eq!(totals(&scrape(&metrics, c).await, "lost"), before);
 }

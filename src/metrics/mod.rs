@@ -1,7 +1,12 @@
-//! Prometheus metrics: the queue as the database sees it (jobs by queue and
-//! state, queue size, latency, paused queues — the same for every process,
-//! read at scrape time), and what this process's workers did (attempts
-//! processed and failed, durations per task).
+//! Prometheus metrics, the same for every process that serves them: the
+//! queue as the database holds it (unfinished jobs by queue and state,
+//! oldest pending job, paused queues, the worker registry), read at scrape
+//! time, and all-time totals by queue and task (jobs enqueued, succeeded,
+//! failed, retried, rescued, cancelled; queue wait and run time histograms)
+//! read from the outcome rollups, so they survive restarts and the pruning
+//! of jobs. A scrape never reads the history of finished jobs
+//! (docs/decisions/2026-11-25-metrics.md). Two counters are this process's
+//! own: leases its workers lost, and their background tasks restarted.
 //!
 //! ```no_run
 //! # async fn demo(client: conveyor::Client) -> conveyor::Result<()> {
@@ -16,16 +21,16 @@
 //! # Ok(()) }
 //! ```
 
-use std::time::Duration;
+mod rollups;
 
-use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
-};
+use std::sync::Arc;
+
+use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use crate::client::Client;
+use crate::db;
 use crate::error::{Error, Result};
-use crate::job::JobState;
+use crate::records::WorkerInfo;
 
 /// A registry of Conveyor's metrics. Cheap to clone (shared).
 #[derive(Clone)]
@@ -37,11 +42,14 @@ pub struct Metrics {
     paused: IntGaugeVec,
     workers: IntGaugeVec,
     queue_workers: IntGaugeVec,
-    processed: IntCounterVec,
-    failed: IntCounterVec,
-    duration: HistogramVec,
+    slots: IntGaugeVec,
+    rollups: rollups::Rollups,
     leases_lost: IntCounterVec,
     restarts: IntCounterVec,
+    /// Held from a refresh's reads to the rendering of what they read, so
+    /// that two scrapes at once never serve an older read after a newer one
+    /// (a counter would go down) or a mix of both.
+    scraping: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -54,76 +62,61 @@ fn metric_error(e: prometheus::Error) -> Error {
     Error::Config(format!("metrics: {e}"))
 }
 
+fn int_gauges(name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec> {
+    IntGaugeVec::new(Opts::new(name, help), labels).map_err(metric_error)
+}
+
+fn clamp(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 impl Metrics {
     /// A new registry with every Conveyor metric in it.
     pub fn new() -> Result<Metrics> {
         let registry = Registry::new();
-        let jobs = IntGaugeVec::new(
-            Opts::new("conveyor_jobs", "Jobs in the table, by queue and state"),
+        let jobs = int_gauges(
+            "conveyor_jobs",
+            "Unfinished jobs by queue and state (scheduled, pending, started = in flight, retry)",
             &["queue", "state"],
-        )
-        .map_err(metric_error)?;
-        let size = IntGaugeVec::new(
-            Opts::new(
-                "conveyor_queue_size",
-                "Jobs waiting: scheduled, pending and retry",
-            ),
+        )?;
+        let size = int_gauges(
+            "conveyor_queue_size",
+            "Jobs waiting: scheduled, pending and retry",
             &["queue"],
-        )
-        .map_err(metric_error)?;
+        )?;
         let latency = GaugeVec::new(
             Opts::new(
                 "conveyor_queue_latency_seconds",
-                "Age of the oldest runnable (pending) job",
+                "Age of the oldest pending job (due and not started), 0 if none",
             ),
             &["queue"],
         )
         .map_err(metric_error)?;
-        let paused = IntGaugeVec::new(
-            Opts::new("conveyor_queue_paused", "1 if the queue is paused"),
+        let paused = int_gauges(
+            "conveyor_queue_paused",
+            "1 if the queue is paused",
             &["queue"],
-        )
-        .map_err(metric_error)?;
-        let workers = IntGaugeVec::new(
-            Opts::new(
-                "conveyor_workers",
-                "Worker processes in the registry, by state (live, dead)",
-            ),
+        )?;
+        let workers = int_gauges(
+            "conveyor_workers",
+            "Worker processes in the registry, by state (live, dead)",
             &["state"],
-        )
-        .map_err(metric_error)?;
-        let queue_workers = IntGaugeVec::new(
-            Opts::new(
-                "conveyor_queue_live_workers",
-                "Live workers serving the queue (0 with jobs pending: nobody will run them)",
-            ),
+        )?;
+        let queue_workers = int_gauges(
+            "conveyor_queue_live_workers",
+            "Live workers serving the queue (0 with jobs pending: nobody will run them)",
             &["queue"],
-        )
-        .map_err(metric_error)?;
-        let processed = IntCounterVec::new(
-            Opts::new(
-                "conveyor_processed_total",
-                "Attempts this process finished, whatever their outcome",
-            ),
-            &["queue", "task"],
-        )
-        .map_err(metric_error)?;
-        let failed = IntCounterVec::new(
-            Opts::new("conveyor_failed_total", "Attempts this process saw fail"),
-            &["queue", "task"],
-        )
-        .map_err(metric_error)?;
-        let duration = HistogramVec::new(
-            HistogramOpts::new("conveyor_job_duration_seconds", "Time one attempt took").buckets(
-                vec![0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0],
-            ),
-            &["task"],
-        )
-        .map_err(metric_error)?;
+        )?;
+        let slots = int_gauges(
+            "conveyor_worker_slots",
+            "Job slots of live workers at their last beat: busy (running a job) or idle",
+            &["state"],
+        )?;
+        let rollups = rollups::Rollups::new()?;
         let leases_lost = IntCounterVec::new(
             Opts::new(
                 "conveyor_leases_lost_total",
-                "Jobs whose lease this process lost before their outcome was written",
+                "Jobs whose lease this process's workers lost before their outcome was written",
             ),
             &["queue", "task"],
         )
@@ -143,9 +136,8 @@ impl Metrics {
             Box::new(paused.clone()),
             Box::new(workers.clone()),
             Box::new(queue_workers.clone()),
-            Box::new(processed.clone()),
-            Box::new(failed.clone()),
-            Box::new(duration.clone()),
+            Box::new(slots.clone()),
+            Box::new(rollups.clone()),
             Box::new(leases_lost.clone()),
             Box::new(restarts.clone()),
         ] {
@@ -159,28 +151,17 @@ impl Metrics {
             paused,
             workers,
             queue_workers,
-            processed,
-            failed,
-            duration,
+            slots,
+            rollups,
             leases_lost,
             restarts,
+            scraping: Arc::default(),
         })
     }
 
     /// The underlying registry (to add your own metrics or merge).
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// Records one finished attempt (called by workers given these metrics).
-    pub(crate) fn attempt(&self, queue: &str, task: &str, state: JobState, took: Duration) {
-        self.processed.with_label_values(&[queue, task]).inc();
-        if state != JobState::Success {
-            self.failed.with_label_values(&[queue, task]).inc();
-        }
-        self.duration
-            .with_label_values(&[task])
-            .observe(took.as_secs_f64());
     }
 
     /// Counts a lease lost by a worker given these metrics.
@@ -193,38 +174,62 @@ impl Metrics {
         self.restarts.with_label_values(&[task]).inc();
     }
 
-    /// Reads the queue's state from the database into the gauges.
+    /// Reads the queue's state and the all-time totals from the database
+    /// into the metrics (three statements, none of which reads finished
+    /// jobs).
     pub async fn refresh(&self, client: &Client) -> Result<()> {
-        let (stats, workers) = tokio::try_join!(client.queue_stats(), client.workers())?;
-        self.jobs.reset();
-        self.size.reset();
+        let _scraping = self.scraping.lock().await;
+        self.read(client).await
+    }
+
+    async fn read(&self, client: &Client) -> Result<()> {
+        let (pool, q) = (&client.inner.pool, client.inner.queries);
+        let (queues, totals, workers) = tokio::try_join!(
+            db::metrics_queues(pool, q),
+            db::metrics_totals(pool, q),
+            client.workers()
+        )?;
+        self.set_queues(&queues, &workers);
+        self.rollups.set(totals);
+        Ok(())
+    }
+
+    fn set_queues(&self, queues: &[db::MetricsQueue], workers: &[WorkerInfo]) {
+        for gauges in [&self.jobs, &self.size, &self.paused, &self.queue_workers] {
+            gauges.reset();
+        }
         self.latency.reset();
-        self.paused.reset();
-        self.queue_workers.reset();
         let live: Vec<_> = workers.iter().filter(|w| w.dead_at.is_none()).collect();
-        let live_count = i64::try_from(live.len()).unwrap_or(i64::MAX);
-        self.workers.with_label_values(&["live"]).set(live_count);
-        let dead = i64::try_from(workers.len() - live.len()).unwrap_or(i64::MAX);
-        self.workers.with_label_values(&["dead"]).set(dead);
-        for s in &stats {
+        self.workers
+            .with_label_values(&["live"])
+            .set(clamp(live.len()));
+        self.workers
+            .with_label_values(&["dead"])
+            .set(clamp(workers.len() - live.len()));
+        let busy: i64 = live.iter().map(|w| i64::from(w.busy.max(0))).sum();
+        let all: i64 = live.iter().map(|w| i64::from(w.concurrency.max(0))).sum();
+        self.slots.with_label_values(&["busy"]).set(busy);
+        self.slots
+            .with_label_values(&["idle"])
+            .set((all - busy).max(0));
+        for s in queues {
             let q = s.queue.as_str();
             for (state, n) in [
                 ("scheduled", s.scheduled),
                 ("pending", s.pending),
                 ("started", s.started),
                 ("retry", s.retry),
-                ("success", s.success),
-                ("failure", s.failure),
-                ("cancelled", s.cancelled),
             ] {
                 self.jobs.with_label_values(&[q, state]).set(n);
             }
-            self.size
-                .with_label_values(&[q])
-                .set(s.scheduled + s.pending + s.retry);
+            self.size.with_label_values(&[q]).set(
+                s.scheduled
+                    .saturating_add(s.pending)
+                    .saturating_add(s.retry),
+            );
             self.latency
                 .with_label_values(&[q])
-                .set(s.oldest_pending_secs.unwrap_or(0.0));
+                .set(s.oldest_pending_secs);
             self.paused.with_label_values(&[q]).set(i64::from(s.paused));
             let serving = live
                 .iter()
@@ -232,17 +237,20 @@ impl Metrics {
                 .count();
             self.queue_workers
                 .with_label_values(&[q])
-                .set(i64::try_from(serving).unwrap_or(i64::MAX));
+                .set(clamp(serving));
         }
-        Ok(())
     }
 
     /// Refreshes and renders everything in Prometheus' text format.
     pub async fn render(&self, client: &Client) -> Result<String> {
-        self.refresh(client).await?;
+        let families = {
+            let _scraping = self.scraping.lock().await;
+            self.read(client).await?;
+            self.registry.gather()
+        };
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
+            .encode(&families, &mut out)
             .map_err(metric_error)?;
         String::from_utf8(out).map_err(|e| Error::Config(format!("metrics: {e}")))
     }
