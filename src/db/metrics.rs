@@ -1,9 +1,7 @@
 //! What a metrics scrape reads (`crate::Metrics`): all-time totals from the
 //! rollups, and the unfinished jobs by queue. Neither reads the history.
 
-use sqlx::PgExecutor;
-
-use super::Queries;
+use super::{Queries, Target};
 use crate::error::Result;
 
 /// All-time totals of one queue and task (a row of `metrics_totals.sql`).
@@ -37,15 +35,19 @@ pub(crate) struct MetricsQueue {
 }
 
 pub(crate) async fn metrics_totals<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
 ) -> Result<Vec<MetricsTotals>> {
-    Ok(sqlx::query_as(q.metrics_totals).fetch_all(exec).await?)
+    Ok(sqlx::query_as(q.metrics_totals)
+        .fetch_all(q.on(exec))
+        .await?)
 }
 
 pub(crate) async fn metrics_queues<'e>(
-    exec: impl PgExecutor<'e>,
+    exec: impl Into<Target<'e>>,
     q: &Queries,
 ) -> Result<Vec<MetricsQueue>> {
-    Ok(sqlx::query_as(q.metrics_queues).fetch_all(exec).await?)
+    Ok(sqlx::query_as(q.metrics_queues)
+        .fetch_all(q.on(exec))
+        .await?)
 }
