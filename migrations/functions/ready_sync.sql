@@ -4,7 +4,10 @@
 -- than by a claim (cancel, delete, an UPDATE by hand), or changes a column of
 -- the claim order while pending.
 --
--- The old row is looked up by its claim-order key and taken with SKIP LOCKED:
+-- The old row is looked up by its claim-order key, written as the claim
+-- index has it (`-(priority::bigint)`: matched by `priority` alone, the
+-- index served only the queue, and every lookup read the queue's whole
+-- backlog), and taken with SKIP LOCKED:
 -- a claim that has it locked deletes it itself and then finds the job no
 -- longer pending (it waits for this transaction's row lock on the job), so
 -- neither waits for the other and no deadlock can form.
@@ -16,7 +19,8 @@ BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.state = 'pending' THEN
         FOR r IN
             SELECT tableoid::regclass AS slot_table, ctid FROM conveyor.ready
-            WHERE queue = OLD.queue AND priority = OLD.priority AND run_at = OLD.run_at
+            WHERE queue = OLD.queue AND -(priority::bigint) = -(OLD.priority::bigint)
+              AND run_at = OLD.run_at
               AND job_id = OLD.id
             FOR UPDATE SKIP LOCKED
         LOOP

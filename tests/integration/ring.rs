@@ -505,3 +505,67 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
     );
     sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
 }
+
+/// Ring tuples read so far (index entries and sequential reads of every
+/// slot), as this connection's flushed statistics show them.
+async fn ring_reads(conn: &mut PgConnection) -> (i64, i64) {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_stat_clear_snapshot()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query_as(
+        "SELECT coalesce(sum(coalesce(idx_scan, 0) + seq_scan), 0)::bigint,
+                coalesce(sum(coalesce(idx_tup_fetch, 0) + seq_tup_read), 0)::bigint
+         FROM pg_stat_user_tables WHERE relid IN (
+             SELECT inhrelid FROM pg_inherits WHERE inhparent = 'conveyor.ready'::regclass)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap()
+}
+
+/// Cancelling or deleting one pending job finds its ring row through the
+/// claim index (one entry read), not by reading its queue's whole backlog:
+/// the index is on `-(priority::bigint)`, and a lookup by `priority` could
+/// not use it past the queue (2,000 entries read here for one job).
+#[tokio::test]
+async fn a_pending_job_leaves_the_ring_without_reading_its_backlog() {
+    let db = TestDb::new().await;
+    let jobs: Vec<NewJob> = (0..2_000).map(|i| NewJob::new("noop", json!(i))).collect();
+    let ids = db.client.enqueue_many(jobs).await.unwrap();
+    sqlx::query("ANALYZE conveyor.ready")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut conn = PgConnection::connect(&db.url()).await.unwrap();
+    let (scans, read) = ring_reads(&mut conn).await;
+    sqlx::query("DELETE FROM conveyor.jobs WHERE id = $1")
+        .bind(ids[1_000].id())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // Statistics reach the shared view asynchronously: wait for the scan.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (scans_after, read_after) = loop {
+        let now = ring_reads(&mut conn).await;
+        if now.0 > scans {
+            break now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ring scan counted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(scans_after > scans);
+    assert!(
+        read_after - read <= 10,
+        "deleting one pending job read {} ring entries",
+        read_after - read
+    );
+    assert_eq!(ring(&db.pool).await.len(), 1_999);
+}
