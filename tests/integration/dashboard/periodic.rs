@@ -60,10 +60,13 @@ async fn schedules_and_who_leads_them() {
             &json!(true)
         )
     );
-    assert!(
-        tick["next_slot"].as_str() > tick["last_slot"].as_str(),
-        "{tick}"
-    );
+    // As times, not strings: RFC 3339 drops a zero fraction, and
+    // "…:45.300Z" sorts before "…:45Z" as text.
+    let at = |key: &str| {
+        let text = tick[key].as_str().unwrap_or_default();
+        chrono::DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("{key}: {e}: {tick}"))
+    };
+    assert!(at("next_slot") > at("last_slot"), "{tick}");
 
     // Stopped: no process leads; the schedule is still known.
     worker.shutdown(WAIT).await.unwrap();
