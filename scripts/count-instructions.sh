@@ -8,6 +8,9 @@
 #   scripts/count-instructions.sh client BIN A 2000        # client under callgrind
 #   scripts/count-instructions.sh server DIR BIN C 4000 500
 #
+# Run as root (the cluster runs as postgres); needs valgrind. `init` leaves
+# the cluster running natively, which `client` can use; `server` restarts it
+# under callgrind and stops it at the end.
 # BIN is a release build of examples/count.rs; the rest are its arguments.
 # DATABASE_URL names the cluster (count.rs's default: port 5432).
 # `client` runs BIN under callgrind (the cluster runs natively) and prints the
@@ -22,7 +25,7 @@
 # costs such as connecting and a worker's start cancel out).
 set -euo pipefail
 PGBIN=/usr/lib/postgresql/15/bin
-summary() { cat "$@" | awk '/^summary:/ {s += $2} END {print s + 0}'; }
+summary() { (($#)) || set -- /dev/null; cat "$@" | awk '/^summary:/ {s += $2} END {print s + 0}'; }
 
 case $1 in
 init)
