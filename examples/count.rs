@@ -39,6 +39,36 @@ struct Snapshot {
 
 /// Waits until every backend has flushed its statistics (at least once a
 /// second while busy, after 10 s when idle), so `xact_commit` is complete.
+/// Marks the start and the end of the measured part. Under `valgrind
+/// --tool=callgrind` it writes the instructions counted since the last dump
+/// to a numbered file and starts counting afresh (every thread); outside
+/// valgrind that sequence is a no-op. With `COUNT_MARKS` set it also prints
+/// `count: mark` to stderr and waits for a line on stdin, so that a script
+/// can dump a server run under callgrind at the same points
+/// (scripts/count-instructions.sh).
+fn mark() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: valgrind's client-request preamble: the four rotations of rdi
+    // add up to 128 bits and `xchg rbx, rbx` swaps a register with itself,
+    // so natively nothing changes; valgrind reads the request from [rax].
+    unsafe {
+        // VG_USERREQ__DUMP_STATS = VG_USERREQ_TOOL_BASE('C', 'T').
+        let request: [u64; 6] = [0x4354_0000, 0, 0, 0, 0, 0];
+        std::arch::asm!(
+            "rol rdi, 3", "rol rdi, 13", "rol rdi, 61", "rol rdi, 51",
+            "xchg rbx, rbx",
+            in("rax") request.as_ptr(),
+            inout("rdx") 0u64 => _,
+            inout("rdi") 0u64 => _,
+        );
+    }
+    if std::env::var_os("COUNT_MARKS").is_some() {
+        eprintln!("count: mark");
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+    }
+}
+
 async fn settle() {
     tokio::time::sleep(Duration::from_secs(11)).await;
 }
@@ -145,15 +175,35 @@ async fn main() -> Result<()> {
     outcome
 }
 
-async fn run(url: &str, scenario: &str, jobs: usize, concurrency: usize) -> Result<()> {
+/// A pool, a `Client` on it and a probe connection.
+async fn connect(url: &str) -> Result<(sqlx::PgPool, Client, PgConnection)> {
     let pool = PgPoolOptions::new()
         .max_connections(10)
         .test_before_acquire(false)
         .connect(url)
         .await?;
-    conveyor::migrate(&pool).await?;
     let client = Client::new(pool.clone());
-    let mut probe = PgConnection::connect(url).await?;
+    Ok((pool, client, PgConnection::connect(url).await?))
+}
+
+async fn run(url: &str, scenario: &str, jobs: usize, concurrency: usize) -> Result<()> {
+    let (pool, client, mut probe) = connect(url).await?;
+    conveyor::migrate(&pool).await?;
+    if scenario == "C" {
+        for chunk in (0..jobs).collect::<Vec<_>>().chunks(5_000) {
+            let batch = chunk.iter().map(|_| NewJob::new("noop", json!({})));
+            client.enqueue_many(batch.collect()).await?;
+        }
+        sqlx::query("VACUUM ANALYZE conveyor.jobs")
+            .execute(&mut probe)
+            .await?;
+    }
+    // The measured part runs on connections of its own, so that the server's
+    // processes that did the set-up are not counted with it.
+    pool.close().await;
+    drop((client, probe));
+    mark();
+    let (_pool, client, mut probe) = connect(url).await?;
     match scenario {
         "A" => {
             // Warm up the statement caches, then start from a checkpoint so
@@ -167,6 +217,7 @@ async fn run(url: &str, scenario: &str, jobs: usize, concurrency: usize) -> Resu
             for _ in 0..jobs {
                 client.enqueue(NewJob::new("noop", json!({}))).await?;
             }
+            mark();
             let after = snapshot(&mut probe).await?;
             settle().await;
             let commits = snapshot(&mut probe).await?.commits;
@@ -179,13 +230,6 @@ async fn run(url: &str, scenario: &str, jobs: usize, concurrency: usize) -> Resu
             );
         }
         "C" => {
-            for chunk in (0..jobs).collect::<Vec<_>>().chunks(5_000) {
-                let batch = chunk.iter().map(|_| NewJob::new("noop", json!({})));
-                client.enqueue_many(batch.collect()).await?;
-            }
-            sqlx::query("VACUUM ANALYZE conveyor.jobs")
-                .execute(&mut probe)
-                .await?;
             sqlx::query("CHECKPOINT").execute(&mut probe).await?;
             settle().await;
             let ran = Arc::new(AtomicUsize::new(0));
@@ -213,6 +257,7 @@ async fn run(url: &str, scenario: &str, jobs: usize, concurrency: usize) -> Resu
                     break;
                 }
             }
+            mark();
             let after = snapshot(&mut probe).await?;
             worker.shutdown(Duration::from_secs(5)).await?;
             settle().await;
