@@ -147,7 +147,14 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let seen = counter.seen();
         let (table, indexes) = db.sizes().await?;
         let dead: i64 =
-            sqlx::query_scalar("SELECT pg_stat_get_dead_tuples('conveyor.jobs'::regclass)")
+            // Summed over the leaves: since V8 conveyor.jobs is partitioned,
+            // and a partitioned table's own counter stays 0.
+            sqlx::query_scalar(
+                "SELECT coalesce(sum(pg_stat_get_dead_tuples(relid)), 0)::bigint FROM (
+                     SELECT relid FROM pg_partition_tree('conveyor.jobs') WHERE isleaf
+                     UNION ALL
+                     SELECT relid FROM pg_partition_tree('conveyor.ready') WHERE isleaf) AS t",
+            )
                 .fetch_one(&db.pool)
                 .await?;
         let sample = Sample {
