@@ -159,10 +159,29 @@ impl BenchDb {
     /// Removes the bench queue's jobs so the next run starts from the same
     /// table, and vacuums.
     pub async fn clear_queue(&self) -> Result<()> {
-        sqlx::query("DELETE FROM conveyor.jobs WHERE queue = $1 AND state <> 'scheduled'")
-            .bind(QUEUE)
-            .execute(&self.pool)
-            .await?;
+        // A worker may still be recording outcomes of the same rows, locking
+        // them in another order: PostgreSQL then ends one side with a
+        // deadlock error (the worker's side retries by itself), so this does
+        // too.
+        let mut tries = 0;
+        loop {
+            let deleted =
+                sqlx::query("DELETE FROM conveyor.jobs WHERE queue = $1 AND state <> 'scheduled'")
+                    .bind(QUEUE)
+                    .execute(&self.pool)
+                    .await;
+            match deleted {
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some("40P01") && tries < 5 =>
+                {
+                    tries += 1;
+                }
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
         sqlx::query("VACUUM (ANALYZE) conveyor.jobs")
             .execute(&self.pool)
             .await?;
