@@ -56,35 +56,6 @@ fn binary(var: &str, default: &str) -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
-/// Installs Debian's `chromium` and `chromium-driver` with `apt-get`, as
-/// root or through `sudo -n`; says why on stderr when it cannot.
-fn install_browser() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.starts_with(b"0\n"));
-    let apt = |args: &[&str]| {
-        let mut command = if root {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .status()
-    };
-    eprintln!("Chromium or chromedriver is missing: installing chromium and chromium-driver");
-    let installed = apt(&["update", "-q"]).is_ok_and(|s| s.success())
-        && apt(&["install", "-y", "-q", "chromium", "chromium-driver"]).is_ok_and(|s| s.success());
-    if !installed {
-        eprintln!("apt-get could not install chromium and chromium-driver");
-    }
-}
-
 fn free_port() -> u16 {
     StdListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
@@ -264,7 +235,7 @@ async fn serve(router: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A headless Chromium session through chromedriver, or `None` when
-/// `CONVEYOR_SKIP_BROWSER=1`. Installs the two when missing (see above).
+/// `CONVEYOR_SKIP_BROWSER=1`. Installs the two when missing (`tests/support/apt.rs`).
 async fn browser() -> Option<(Driver, Client)> {
     if std::env::var("CONVEYOR_SKIP_BROWSER").as_deref() == Ok("1") {
         eprintln!("CONVEYOR_SKIP_BROWSER=1: the browser test is skipped");
@@ -277,7 +248,8 @@ async fn browser() -> Option<(Driver, Client)> {
         )
     };
     if matches!(binaries(), (None, _) | (_, None)) {
-        install_browser();
+        eprintln!("Chromium or chromedriver is missing");
+        common::bouncer::apt::install(&["chromium", "chromium-driver"]);
     }
     let (Some(chromium), Some(chromedriver)) = binaries() else {
         panic!(

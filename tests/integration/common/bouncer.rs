@@ -16,6 +16,10 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+
+#[allow(dead_code)] // each includer uses part of it
+#[path = "../../support/apt.rs"]
+pub mod apt;
 use std::time::{Duration, Instant};
 
 /// Server connections per database (PgBouncer's `default_pool_size`).
@@ -28,44 +32,11 @@ pub struct Bouncer {
     _watch: Child,
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
-}
-
 fn binary() -> Option<PathBuf> {
     ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
-}
-
-/// Installs Debian's `pgbouncer` with `apt-get`, as root or through `sudo -n`.
-fn install() {
-    let root = is_root();
-    let apt = |args: &[&str]| {
-        let mut command = if root {
-            Command::new("apt-get")
-        } else {
-            let mut sudo = Command::new("sudo");
-            sudo.args(["-n", "apt-get"]);
-            sudo
-        };
-        command
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .status()
-    };
-    eprintln!("pgbouncer is missing: installing it");
-    let installed = apt(&["install", "-y", "-q", "pgbouncer"]).is_ok_and(|s| s.success())
-        || (apt(&["update", "-q"]).is_ok_and(|s| s.success())
-            && apt(&["install", "-y", "-q", "pgbouncer"]).is_ok_and(|s| s.success()));
-    if !installed {
-        eprintln!("apt-get could not install pgbouncer");
-    }
 }
 
 fn free_port() -> u16 {
@@ -117,7 +88,8 @@ impl Bouncer {
     /// (or when the process exits, however it exits).
     pub fn start(options: &Options) -> Bouncer {
         let bin = binary().or_else(|| {
-            install();
+            eprintln!("pgbouncer is missing");
+            apt::install(&["pgbouncer"]);
             binary()
         });
         let bin = bin.expect(
@@ -133,7 +105,7 @@ impl Bouncer {
             .and_then(|mut f| f.write_all(config(&dir, port, options).as_bytes()))
             .expect("write pgbouncer.ini");
         // PgBouncer refuses to run as root: it switches to `postgres` (-u).
-        let user = if is_root() {
+        let user = if apt::is_root() {
             let _ = Command::new("chown")
                 .args(["-R", "postgres"])
                 .arg(&dir)
