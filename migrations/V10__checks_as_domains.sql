@@ -91,14 +91,15 @@ ALTER TABLE conveyor.jobs_success ADD CONSTRAINT jobs_success_lease_check CHECK 
 ALTER TABLE conveyor.jobs_failure ADD CONSTRAINT jobs_failure_lease_check CHECK (lease_expires_at IS NULL);
 ALTER TABLE conveyor.jobs_cancelled ADD CONSTRAINT jobs_cancelled_lease_check CHECK (lease_expires_at IS NULL);
 
--- Outside every day table: the default partitions hold any time, so they
--- keep the range a reader can decode.
+-- Outside every day table: the default partitions take any time, and a
+-- NULL partition key too, so they check that finished_at is set and in the
+-- range a reader can decode.
 ALTER TABLE conveyor.jobs_success_default ADD CONSTRAINT jobs_success_default_finished_check CHECK (
-    finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
+    finished_at IS NOT NULL AND finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
 ALTER TABLE conveyor.jobs_failure_default ADD CONSTRAINT jobs_failure_default_finished_check CHECK (
-    finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
+    finished_at IS NOT NULL AND finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
 ALTER TABLE conveyor.jobs_cancelled_default ADD CONSTRAINT jobs_cancelled_default_finished_check CHECK (
-    finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
+    finished_at IS NOT NULL AND finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
 
 -- ------------------------------------------------------- conveyor.stats(_totals)
 

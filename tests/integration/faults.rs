@@ -296,6 +296,17 @@ async fn bad_rows_get_a_clear_outcome_and_the_worker_keeps_serving() {
     // as such, before the CHECK constraint is reached. Migration V8.)
     let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'running')").await;
     assert!(msg.contains("no partition of relation \"jobs\""), "{msg}");
+    // A finished job without finished_at (NULL goes to the default partition).
+    let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'success')").await;
+    assert!(msg.contains("jobs_success_default_finished_check"), "{msg}");
+    let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'started')").await;
+    assert!(msg.contains("jobs_unfinished_lease_check"), "{msg}");
+    let msg = rejected(
+        "INSERT INTO conveyor.jobs (task, state, finished_at, lease_expires_at)
+         VALUES ('add', 'failure', now(), now())",
+    )
+    .await;
+    assert!(msg.contains("jobs_failure_lease_check"), "{msg}");
     let msg = rejected("INSERT INTO conveyor.jobs (task, max_retries) VALUES ('add', -1)").await;
     assert!(msg.contains("non_negative_int_check"), "{msg}");
     let msg = rejected("INSERT INTO conveyor.jobs (task, headers) VALUES ('add', '[1]')").await;
