@@ -248,7 +248,11 @@ async fn times_a_reader_cannot_represent_are_refused_and_workers_keep_serving() 
         let msg = err.into_database_error().unwrap().message().to_string();
         // The jobs' times are of the domain conveyor.finite_timestamptz
         // (migration V10); finished_at is the day tables' partition key.
-        let named = ["finite_timestamptz_check", "_default_finished_check", "_timestamps_check"];
+        let named = [
+            "finite_timestamptz_check",
+            "_default_finished_check",
+            "_timestamps_check",
+        ];
         assert!(named.iter().any(|n| msg.contains(n)), "{sql}: {msg}");
     }
     // From Rust, the same is refused before anything is sent.
