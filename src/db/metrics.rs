@@ -221,7 +221,10 @@ mod tests {
             ],
             &sampled,
         );
-        let pending: Vec<_> = out.iter().map(|q| (q.pending.n, q.pending.estimated)).collect();
+        let pending: Vec<_> = out
+            .iter()
+            .map(|q| (q.pending.n, q.pending.estimated))
+            .collect();
         assert_eq!(
             pending,
             [(52_000, true), (1_000, true), (3, false), (1_000, true)]

@@ -241,7 +241,10 @@ impl Metrics {
         for gauges in [
             &self.jobs,
             &self.estimated,
-            &self.size, &self.paused, &self.queue_workers] {
+            &self.size,
+            &self.paused,
+            &self.queue_workers,
+        ] {
             gauges.reset();
         }
         self.latency.reset();
