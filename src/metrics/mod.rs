@@ -81,7 +81,7 @@ impl Metrics {
         let registry = Registry::new();
         let jobs = int_gauges(
             "conveyor_jobs",
-            "Unfinished jobs by queue and state (scheduled, pending, started = in flight, retry)",
+            "Unfinished jobs by queue and state (scheduled, pending, started = in flight, retry); exact up to a cap, estimated beyond (conveyor_jobs_estimated)",
             &["queue", "state"],
         )?;
         let estimated = int_gauges(
