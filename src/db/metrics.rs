@@ -1,6 +1,8 @@
 //! What a metrics scrape reads (`crate::Metrics`): all-time totals from the
 //! rollups, and the unfinished jobs by queue. Neither reads the history.
 
+use std::sync::LazyLock;
+
 use sqlx::PgPool;
 
 use super::{Queries, Target};
@@ -51,8 +53,10 @@ impl Default for GaugeLimits {
 /// table sample the same pages and the estimates do not jitter.
 const SAMPLE_SEED: f64 = 17.0;
 
-/// Planner settings for the scrape's transaction (the file says why).
-const SCRAPE_SETTINGS: &str = include_str!("metrics_settings.sql");
+/// The scrape's transaction: begun with its planner settings in the same
+/// round trip (`metrics_settings.sql` says why).
+static SCRAPE_BEGIN: LazyLock<String> =
+    LazyLock::new(|| format!("{}; {}", super::BEGIN, include_str!("metrics_settings.sql")));
 
 /// One queue's unfinished jobs as counted (a row of `metrics_queues.sql`):
 /// exact unless the group's flag says the cap was reached.
@@ -116,8 +120,9 @@ pub(crate) async fn metrics_queues(
     q: &Queries,
     limits: GaugeLimits,
 ) -> Result<Vec<QueueCounts>> {
-    let mut tx = pool.begin_with(super::BEGIN).await?;
-    sqlx::raw_sql(SCRAPE_SETTINGS).execute(&mut *tx).await?;
+    let mut tx = pool
+        .begin_with(sqlx::AssertSqlSafe(SCRAPE_BEGIN.as_str()))
+        .await?;
     let counted: Vec<CountedQueue> = sqlx::query_as(q.metrics_queues)
         .bind(i64::from(limits.cap))
         .bind(i64::from(limits.budget))
