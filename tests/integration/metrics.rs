@@ -460,9 +460,9 @@ async fn counts_over_the_cap_are_flagged_estimates_near_the_truth() {
     assert_eq!(jobs_gauge(&text, "few", "started"), (0.0, 0.0));
 }
 
-/// Rows of `conveyor.jobs_unfinished` and the ring read by a scrape's
-/// statements in one transaction (`pg_stat_xact_user_tables`: this
-/// transaction's own counts), with a backlog of `backlog` jobs.
+/// Rows of `conveyor.jobs_unfinished` and of the ring read by a scrape's
+/// statements, with its planner settings, in one transaction
+/// (`pg_stat_xact_user_tables`: this transaction's own counts).
 async fn rows_read(db: &TestDb, cap: i64, budget: i64, pages: i64) -> (i64, i64) {
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::raw_sql(include_str!("../../src/db/metrics_settings.sql"))
