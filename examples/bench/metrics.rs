@@ -3,8 +3,11 @@
 //! for 10 queue-task pairs (a row per minute each, as the fold leaves them),
 //! their last 11 minutes still in shards (8 outcome shards and 16 enqueuing
 //! backends per pair and minute), a small backlog of unfinished jobs, and
-//! at the end the same with `future` unfinished jobs (the gauges count
-//! those: the one part of a scrape whose cost follows the data).
+//! at the end the same with `future` unfinished jobs, half scheduled and
+//! half pending (with their ready-ring rows). The gauges count those up to a
+//! cap and estimate the rest, so the scrape should not grow with them; the
+//! statement they replaced (a GROUP BY of every unfinished job,
+//! `metrics_queues_before.sql`) is timed alone on the same data.
 
 use std::time::Instant;
 
@@ -40,14 +43,47 @@ pub async fn scrapes(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let at = format!("scrape, {level} finished + {backlog} unfinished jobs kept");
         lines.push(measure(db, cfg, &metrics, at, rollup_rows, rollup_secs).await?);
     }
-    db.load_rows("scheduled", backlog, cfg.future - backlog)
+    let more = cfg.future.saturating_sub(backlog);
+    db.load_rows("scheduled", backlog, more / 2).await?;
+    db.load_rows("pending", backlog + more / 2, more - more / 2)
         .await?;
     let at = format!(
         "scrape, {loaded} finished + {} unfinished jobs kept",
         cfg.future
     );
     lines.push(measure(db, cfg, &metrics, at, rollup_rows, rollup_secs).await?);
+    lines.push(measure_before(db, cfg).await?);
     Ok(lines)
+}
+
+/// The gauges' statement before they were bounded, alone, on the same data.
+async fn measure_before(db: &BenchDb, cfg: &Config) -> Result<Line> {
+    let mut medians = Vec::new();
+    let mut all = Vec::new();
+    let mut rows = 0;
+    for _ in 0..cfg.runs {
+        let mut times = Vec::with_capacity(SCRAPES);
+        for _ in 0..SCRAPES {
+            let began = Instant::now();
+            rows = sqlx::raw_sql(include_str!("metrics_queues_before.sql"))
+                .fetch_all(&db.pool)
+                .await?
+                .len();
+            times.push(began.elapsed().as_secs_f64() * 1000.0);
+        }
+        medians.push(median(&times));
+        all.extend(times);
+    }
+    all.sort_by(|a, b| a.total_cmp(b));
+    let at = format!(
+        "before: the gauges' GROUP BY alone, {} unfinished jobs",
+        cfg.future
+    );
+    Ok(Line::new("M", at, "ms", medians).with(json!({
+        "p99_ms": percentile(&all, 99.0),
+        "scrapes": all.len(),
+        "rows": rows,
+    })))
 }
 
 async fn measure(

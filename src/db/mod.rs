@@ -52,7 +52,7 @@ pub(crate) use maintenance::{
     ring_blocker, rotate_ready, stats_unfolded, try_lead_periodic,
 };
 #[cfg(feature = "metrics")]
-pub(crate) use metrics::{MetricsQueue, MetricsTotals, metrics_queues, metrics_totals};
+pub(crate) use metrics::{GaugeLimits, MetricsTotals, QueueCounts, metrics_queues, metrics_totals};
 pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
 };
@@ -144,6 +144,8 @@ pub(crate) struct Queries {
     metrics_totals: &'static str,
     #[cfg(feature = "metrics")]
     metrics_queues: &'static str,
+    #[cfg(feature = "metrics")]
+    metrics_sample: &'static str,
     stats: &'static str,
     delete_jobs: &'static str,
     enqueued_jobs: &'static str,
@@ -276,6 +278,8 @@ impl Queries {
             metrics_totals: load(include_str!("metrics_totals.sql")),
             #[cfg(feature = "metrics")]
             metrics_queues: load(include_str!("metrics_queues.sql")),
+            #[cfg(feature = "metrics")]
+            metrics_sample: load(include_str!("metrics_sample.sql")),
             stats: load(include_str!("stats.sql")),
             delete_jobs: load(include_str!("delete_jobs.sql")),
             enqueued_jobs: load(include_str!("enqueued_jobs.sql")),

@@ -1,9 +1,11 @@
 //! Prometheus metrics, the same for every process that serves them: the
 //! queue as the database holds it (unfinished jobs by queue and state,
 //! oldest pending job, paused queues, the worker registry), read at scrape
-//! time, and all-time totals by queue and task (jobs enqueued, succeeded,
-//! failed, retried, rescued, cancelled; queue wait and run time histograms)
-//! read from the outcome rollups, so they survive restarts and the pruning
+//! time (counted exactly up to a cap per queue and state, estimated from a
+//! sample beyond it, flagged by `conveyor_jobs_estimated`, so a scrape's
+//! cost is bounded whatever the backlog), and all-time totals by queue and
+//! task (jobs enqueued, succeeded, failed, retried, rescued, cancelled;
+//! queue wait and run time histograms) read from the outcome rollups, so they survive restarts and the pruning
 //! of jobs. A scrape never reads the history of finished jobs
 //! (docs/decisions/2026-11-25-metrics.md). Two counters are this process's
 //! own: leases its workers lost, and their background tasks restarted.
@@ -37,6 +39,7 @@ use crate::records::WorkerInfo;
 pub struct Metrics {
     registry: Registry,
     jobs: IntGaugeVec,
+    estimated: IntGaugeVec,
     size: IntGaugeVec,
     latency: GaugeVec,
     paused: IntGaugeVec,
@@ -46,6 +49,8 @@ pub struct Metrics {
     rollups: rollups::Rollups,
     leases_lost: IntCounterVec,
     restarts: IntCounterVec,
+    /// How much a scrape may read to count the unfinished jobs.
+    limits: db::GaugeLimits,
     /// Held from a refresh's reads to the rendering of what they read, so
     /// that two scrapes at once never serve an older read after a newer one
     /// (a counter would go down) or a mix of both.
@@ -76,12 +81,17 @@ impl Metrics {
         let registry = Registry::new();
         let jobs = int_gauges(
             "conveyor_jobs",
-            "Unfinished jobs by queue and state (scheduled, pending, started = in flight, retry)",
+            "Unfinished jobs by queue and state (scheduled, pending, started = in flight, retry); exact up to a cap, estimated beyond (conveyor_jobs_estimated)",
+            &["queue", "state"],
+        )?;
+        let estimated = int_gauges(
+            "conveyor_jobs_estimated",
+            "1 if conveyor_jobs{queue,state} is an estimate (more jobs than a scrape counts exactly), 0 if exact",
             &["queue", "state"],
         )?;
         let size = int_gauges(
             "conveyor_queue_size",
-            "Jobs waiting: scheduled, pending and retry",
+            "Jobs waiting: scheduled, pending and retry (an estimate if any of them is)",
             &["queue"],
         )?;
         let latency = GaugeVec::new(
@@ -131,6 +141,7 @@ impl Metrics {
         .map_err(metric_error)?;
         for collector in [
             Box::new(jobs.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(estimated.clone()),
             Box::new(size.clone()),
             Box::new(latency.clone()),
             Box::new(paused.clone()),
@@ -146,6 +157,7 @@ impl Metrics {
         Ok(Metrics {
             registry,
             jobs,
+            estimated,
             size,
             latency,
             paused,
@@ -155,8 +167,38 @@ impl Metrics {
             rollups,
             leases_lost,
             restarts,
+            limits: db::GaugeLimits::default(),
             scraping: Arc::default(),
         })
+    }
+
+    /// Counts a queue's unfinished jobs exactly up to `rows` per state (scheduled
+    /// and retry count together, as they share an index), default 1,000.
+    /// Beyond it, `conveyor_jobs{queue,state}` is an estimate from a sample
+    /// of the table (see [`Metrics::sample_pages`]), at least the `rows`
+    /// counted, and `conveyor_jobs_estimated{queue,state}` is 1. At least 1.
+    pub fn exact_count_cap(mut self, rows: u32) -> Metrics {
+        self.limits.cap = rows.max(1);
+        self
+    }
+
+    /// Rows a scrape counts exactly at most over all queues, default 50,000:
+    /// with many queues, each counts exactly up to this divided by three
+    /// times the queues (and at least one row, so a queue with jobs never
+    /// shows none).
+    pub fn count_budget(mut self, rows: u32) -> Metrics {
+        self.limits.budget = rows;
+        self
+    }
+
+    /// About how many pages (8 kB) of `conveyor.jobs_unfinished` a scrape
+    /// samples to estimate the counts over the cap, default 1,000. The
+    /// sample is `TABLESAMPLE SYSTEM` with a fixed seed, scaled by the
+    /// table's size on disk, so it needs no statistics (ANALYZE). A table
+    /// smaller than this is read whole: the "estimate" is then exact.
+    pub fn sample_pages(mut self, pages: u32) -> Metrics {
+        self.limits.sample_pages = pages.max(1);
+        self
     }
 
     /// The underlying registry (to add your own metrics or merge).
@@ -175,8 +217,9 @@ impl Metrics {
     }
 
     /// Reads the queue's state and the all-time totals from the database
-    /// into the metrics (three statements, none of which reads finished
-    /// jobs).
+    /// into the metrics (three reads, none of which reads finished jobs, and
+    /// none more than a bounded number of unfinished ones: counts beyond
+    /// [`Metrics::exact_count_cap`] are estimated).
     pub async fn refresh(&self, client: &Client) -> Result<()> {
         let _scraping = self.scraping.lock().await;
         self.read(client).await
@@ -185,7 +228,7 @@ impl Metrics {
     async fn read(&self, client: &Client) -> Result<()> {
         let (pool, q) = (&client.inner.pool, client.inner.queries);
         let (queues, totals, workers) = tokio::try_join!(
-            db::metrics_queues(pool, q),
+            db::metrics_queues(pool, q, self.limits),
             db::metrics_totals(pool, q),
             client.workers()
         )?;
@@ -194,8 +237,14 @@ impl Metrics {
         Ok(())
     }
 
-    fn set_queues(&self, queues: &[db::MetricsQueue], workers: &[WorkerInfo]) {
-        for gauges in [&self.jobs, &self.size, &self.paused, &self.queue_workers] {
+    fn set_queues(&self, queues: &[db::QueueCounts], workers: &[WorkerInfo]) {
+        for gauges in [
+            &self.jobs,
+            &self.estimated,
+            &self.size,
+            &self.paused,
+            &self.queue_workers,
+        ] {
             gauges.reset();
         }
         self.latency.reset();
@@ -214,18 +263,22 @@ impl Metrics {
             .set((all - busy).max(0));
         for s in queues {
             let q = s.queue.as_str();
-            for (state, n) in [
+            for (state, count) in [
                 ("scheduled", s.scheduled),
                 ("pending", s.pending),
                 ("started", s.started),
                 ("retry", s.retry),
             ] {
-                self.jobs.with_label_values(&[q, state]).set(n);
+                self.jobs.with_label_values(&[q, state]).set(count.n);
+                self.estimated
+                    .with_label_values(&[q, state])
+                    .set(i64::from(count.estimated));
             }
             self.size.with_label_values(&[q]).set(
                 s.scheduled
-                    .saturating_add(s.pending)
-                    .saturating_add(s.retry),
+                    .n
+                    .saturating_add(s.pending.n)
+                    .saturating_add(s.retry.n),
             );
             self.latency
                 .with_label_values(&[q])

@@ -345,3 +345,187 @@ async fn folding_and_rescues_keep_the_totals_exact() {
     assert_eq!(shards, [0], "folded");
     assert_eq!(totals(&scrape(&metrics, c).await, "lost"), before);
 }
+
+/// Inserts `n` unfinished jobs of `queue` in `state` in one statement (the
+/// triggers give pending ones their ring rows).
+async fn bulk(db: &TestDb, queue: &str, state: &str, n: i64) {
+    sqlx::query(
+        "INSERT INTO conveyor.jobs
+             (queue, task, state, run_at, attempt, started_at, lease_expires_at, worker_id, lease_token)
+         SELECT $1, 'bulk', $2,
+                CASE WHEN $2 = 'pending' THEN now() - interval '1 minute' * g
+                     ELSE now() + interval '1 hour' END,
+                CASE WHEN $2 = 'started' THEN 1 ELSE 0 END,
+                CASE WHEN $2 = 'started' THEN now() END,
+                CASE WHEN $2 = 'started' THEN now() + interval '1 hour' END,
+                CASE WHEN $2 = 'started' THEN 'w' END,
+                CASE WHEN $2 = 'started' THEN nextval('conveyor.lease_tokens') END
+         FROM generate_series(1, $3::bigint) AS g",
+    )
+    .bind(queue)
+    .bind(state)
+    .bind(n)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+/// What `conveyor.jobs` holds, by queue and state (unfinished states).
+async fn unfinished(db: &TestDb) -> Vec<(String, String, i64)> {
+    sqlx::query_as(
+        "SELECT queue, state, count(*) FROM conveyor.jobs
+         WHERE state IN ('scheduled', 'pending', 'started', 'retry') GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+fn jobs_gauge(text: &str, queue: &str, state: &str) -> (f64, f64) {
+    let labels = format!("{{queue=\"{queue}\",state=\"{state}\"}}");
+    (
+        sample(text, &format!("conveyor_jobs{labels}")),
+        sample(text, &format!("conveyor_jobs_estimated{labels}")),
+    )
+}
+
+/// Over the cap a count is an estimate, flagged, within 10 % of the truth
+/// for a state spread over many pages (a seeded sample: the same pages at
+/// every run); under it, exact.
+#[tokio::test]
+async fn counts_over_the_cap_are_flagged_estimates_near_the_truth() {
+    let db = TestDb::new().await;
+    let c = &db.client;
+    bulk(&db, "big", "pending", 6_000).await;
+    bulk(&db, "big", "scheduled", 3_000).await;
+    bulk(&db, "big", "started", 150).await;
+    bulk(&db, "mid", "pending", 90).await;
+    bulk(&db, "mid", "retry", 40).await;
+    bulk(&db, "few", "scheduled", 2).await;
+    bulk(&db, "few", "pending", 1).await;
+    let pages: i64 = sqlx::query_scalar(
+        "SELECT pg_relation_size('conveyor.jobs_unfinished') / current_setting('block_size')::bigint",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // A quarter of the table sampled: a real sample, not a full count.
+    let sampled = u32::try_from(pages / 4).unwrap();
+    assert!(sampled >= 20, "{pages} pages");
+    let metrics = Metrics::new()
+        .unwrap()
+        .exact_count_cap(100)
+        .sample_pages(sampled);
+    let text = scrape(&metrics, c).await;
+    let table = unfinished(&db).await;
+    assert_eq!(table.len(), 7, "{table:?}");
+    for (queue, state, n) in &table {
+        let (got, estimated) = jobs_gauge(&text, queue, state);
+        let n = *n as f64;
+        if n >= 100.0 {
+            assert_eq!(estimated, 1.0, "{queue}/{state} flagged");
+            assert!(got >= 100.0, "{queue}/{state}: {got} under the count");
+            // Whole pages are sampled: a state spread over many pages is
+            // estimated closely, one packed in a few pages (big's 150
+            // started jobs: 3 pages) coarsely.
+            let tolerance = if n >= 1_000.0 { 0.10 } else { 1.0 };
+            assert!(
+                (got - n).abs() <= tolerance * n,
+                "{queue}/{state}: {got} for {n}"
+            );
+        } else {
+            assert_eq!((got, estimated), (n, 0.0), "{queue}/{state} exact");
+        }
+    }
+    assert_eq!(jobs_gauge(&text, "big", "retry").0, 0.0);
+    assert_eq!(jobs_gauge(&text, "few", "started"), (0.0, 0.0));
+    // The oldest pending job stays exact: big's is 6,000 minutes old.
+    let latency = sample(&text, "conveyor_queue_latency_seconds{queue=\"big\"}");
+    assert!((latency - 360_000.0).abs() < 60.0, "{latency}");
+
+    // A budget of 6 rows over 3 queues: one row per queue and group. Every
+    // count but the empty ones is then an estimate, and a queue with a few
+    // jobs still never shows none.
+    let starved = Metrics::new()
+        .unwrap()
+        .exact_count_cap(100)
+        .count_budget(6)
+        .sample_pages(sampled);
+    let text = scrape(&starved, c).await;
+    for state in ["scheduled", "pending"] {
+        let (got, estimated) = jobs_gauge(&text, "few", state);
+        assert!(got >= 1.0, "few/{state}: {got}");
+        assert_eq!(estimated, 1.0, "few/{state}");
+    }
+    assert_eq!(jobs_gauge(&text, "few", "started"), (0.0, 0.0));
+}
+
+/// Rows of `conveyor.jobs_unfinished` and of the ring read by a scrape's
+/// statements, with its planner settings, in one transaction
+/// (`pg_stat_xact_user_tables`: this transaction's own counts).
+async fn rows_read(db: &TestDb, cap: i64, budget: i64, pages: i64) -> (i64, i64) {
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::raw_sql(include_str!("../../src/db/metrics_settings.sql"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let rows = sqlx::query(include_str!("../../src/db/metrics_queues.sql"))
+        .bind(cap)
+        .bind(budget)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    sqlx::query(include_str!("../../src/db/metrics_sample.sql"))
+        .bind(pages)
+        .bind(17.0_f64)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let read = sqlx::query_as(
+        "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0))
+                    FILTER (WHERE relid = 'conveyor.jobs_unfinished'::regclass), 0)::bigint,
+                coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0))
+                    FILTER (WHERE relname LIKE 'ready\\_%'), 0)::bigint
+         FROM pg_stat_xact_user_tables WHERE schemaname = 'conveyor'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    read
+}
+
+/// A scrape reads a bounded number of rows whatever the backlog: with
+/// 50,000 unfinished jobs in one queue, the counts read at most the cap per
+/// group and the sample at most its pages (the old statement, a GROUP BY
+/// over the table, read all 50,000).
+#[tokio::test]
+async fn a_scrape_reads_a_bounded_number_of_rows() {
+    let db = TestDb::new().await;
+    bulk(&db, "big", "pending", 30_000).await;
+    bulk(&db, "big", "scheduled", 15_000).await;
+    bulk(&db, "big", "started", 5_000).await;
+    let (count, pages): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM conveyor.jobs_unfinished),
+                pg_relation_size('conveyor.jobs_unfinished') / current_setting('block_size')::bigint",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(count, 50_000);
+    let (cap, sample_pages) = (1_000, 100);
+    // The sample reads whole pages: about sample_pages of them (a seeded
+    // binomial draw), each holding count / pages rows.
+    let sampled_rows = 3 * sample_pages * count / pages / 2;
+    // Counts: cap rows per group (3 groups), the pending ones probing their
+    // job too; queue discovery and the oldest pending job: a few probes.
+    let bound = 3 * cap + cap + 50 + sampled_rows;
+    assert!(bound < count / 2, "a bound of {bound} would prove nothing");
+    let (jobs, ring) = rows_read(&db, cap, 50_000, sample_pages).await;
+    assert!(
+        jobs + ring <= bound,
+        "read {jobs} job rows and {ring} ring rows, bound {bound}"
+    );
+    assert!(jobs >= 2 * cap, "the statement ran: {jobs}");
+}
