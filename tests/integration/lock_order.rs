@@ -1,0 +1,308 @@
+//! The order in which statements lock job rows
+//! (docs/decisions/2026-11-25-lock-order.md). A worker renews the leases of
+//! every job it holds (`src/db/heartbeat.sql`, leases sorted by id) while
+//! its completer records the outcomes of some of the same jobs
+//! (`src/db/complete.sql`, in the order they finished). Each statement
+//! locks its rows in the order its plan meets them: the id order of an
+//! index scan, the order of the input array when the planner hashes the
+//! table and probes it with the array, or the rows' order on disk. Two
+//! statements locking overlapping rows in different orders can each wait
+//! for the other, and PostgreSQL ends one with a deadlock (40P01) after
+//! `deadlock_timeout` (a second by default). Every statement that locks
+//! job rows in batches now locks them in id order first.
+//!
+//! The statements are replayed from the library's own files, with the
+//! parameters the library passes (`src/db/outcome.rs`), on two connections
+//! of the test's database.
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
+use uuid::Uuid;
+
+use crate::common::TestDb;
+
+const HEARTBEAT: &str = include_str!("../../src/db/heartbeat.sql");
+const COMPLETE: &str = include_str!("../../src/db/complete.sql");
+const AFTER_FINISH: &str = include_str!("../../src/db/after_finish.sql");
+
+/// Rounds at most: each renews the leases of `2 * BATCH` fresh jobs while
+/// the outcomes of `BATCH` of them are recorded.
+const ROUNDS: usize = 30;
+/// Outcomes per batch: past about 200 the planner hashes the jobs and
+/// probes them with the outcomes (input order); below, it walks the
+/// primary key (id order). Both sizes are tried.
+const BATCHES: [usize; 2] = [300, 120];
+
+/// A job held under a claim: id and lease token.
+type Lease = (Uuid, i64);
+
+/// Deadlocks PostgreSQL counted in this database (each backend of the test
+/// flushes its counters first, see [`flush_stats`]).
+async fn deadlocks(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(deadlocks), 0)::bigint FROM pg_stat_database
+         WHERE datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("pg_stat_database")
+}
+
+/// Makes `conn`'s backend write its statistics (deadlocks among them) at
+/// the end of this statement instead of within the next second or so.
+async fn flush_stats(conn: &mut PgConnection) {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(conn)
+        .await
+        .expect("flush statistics");
+}
+
+/// `heartbeat.sql` as `db::heartbeat` runs it (the worker sorts its
+/// leases, `src/worker/heartbeat.rs`).
+async fn renew(conn: &mut PgConnection, leases: &[Lease]) -> Result<usize, sqlx::Error> {
+    let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
+    let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
+    let rows = sqlx::query(HEARTBEAT)
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(30.0_f64)
+        .fetch_all(conn)
+        .await?;
+    Ok(rows.len())
+}
+
+/// `complete.sql` as `db::complete` runs it, outcomes in the order given
+/// (success, failure and retry mixed); with `follow_up`, inside a
+/// transaction followed by `after_finish.sql`, as the completer does for
+/// jobs with follow-up work. Returns how many outcomes were written.
+async fn record(
+    conn: &mut PgConnection,
+    outcomes: &[Lease],
+    follow_up: bool,
+) -> Result<usize, sqlx::Error> {
+    let ids: Vec<Uuid> = outcomes.iter().map(|o| o.0).collect();
+    let tokens: Vec<i64> = outcomes.iter().map(|o| o.1).collect();
+    let states: Vec<&str> = (0..outcomes.len())
+        .map(|i| match i % 10 {
+            0 => "failure",
+            1 => "retry",
+            _ => "success",
+        })
+        .collect();
+    let results: Vec<Option<serde_json::Value>> = states
+        .iter()
+        .map(|s| (*s == "success").then(|| serde_json::json!({"ok": true})))
+        .collect();
+    let errors: Vec<Option<&str>> = states
+        .iter()
+        .map(|s| (*s != "success").then_some("boom"))
+        .collect();
+    let retry_in: Vec<Option<f64>> = states
+        .iter()
+        .map(|s| (*s == "retry").then_some(60.0))
+        .collect();
+    let waits: Vec<Option<f64>> = vec![Some(1.0); outcomes.len()];
+    let statement = sqlx::query(COMPLETE)
+        .persistent(false)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&states)
+        .bind(&results)
+        .bind(&errors)
+        .bind(&retry_in)
+        .bind(&waits);
+    let row = if follow_up {
+        let mut tx = conn.begin().await?;
+        let row = statement.fetch_one(&mut *tx).await?;
+        let follow_ups: Vec<Uuid> = row.try_get("follow_ups")?;
+        sqlx::query(AFTER_FINISH)
+            .bind(&follow_ups)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        row
+    } else {
+        statement.fetch_one(conn).await?
+    };
+    let updated: Vec<Uuid> = row.try_get("updated")?;
+    Ok(updated.len())
+}
+
+/// Started jobs with distinct lease tokens, inserted in descending id order
+/// (so their order on disk is the reverse of their id order); returned in
+/// that order.
+async fn started_jobs(pool: &PgPool, n: usize) -> Vec<Lease> {
+    let mut ids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let leases: Vec<Lease> = ids.into_iter().zip(1_i64..).collect();
+    let (ids, tokens): (Vec<Uuid>, Vec<i64>) = leases.iter().copied().unzip();
+    sqlx::query(
+        "INSERT INTO conveyor.jobs
+             (id, queue, task, state, attempt, max_retries, lease_token, lease_expires_at,
+              started_at, worker_id)
+         SELECT id, 'default', 'work', 'started', 1, 3, token, now() + interval '1 hour',
+                now(), 'lock-order'
+         FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS t(id, token, n)
+         ORDER BY n",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .execute(pool)
+    .await
+    .expect("insert started jobs");
+    // Plans as on a live queue, whose table autovacuum has analysed.
+    sqlx::query("ANALYZE conveyor.jobs_unfinished")
+        .execute(pool)
+        .await
+        .expect("analyze");
+    leases
+}
+
+fn deadlocked(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("40P01"))
+}
+
+/// A worker's lease renewal and its outcome batch over overlapping jobs, run
+/// together round after round: no round may end in a deadlock. Before the
+/// fix the first deadlock came within the first rounds (the outcomes arrive
+/// out of id order, the renewal is sorted); the rounds stop at the first
+/// few, each having cost a `deadlock_timeout`.
+#[tokio::test]
+async fn lease_renewals_and_outcome_batches_of_the_same_jobs_never_deadlock() {
+    let db = TestDb::new().await;
+    let sizes: Vec<usize> = (0..ROUNDS).map(|r| BATCHES[r % BATCHES.len()]).collect();
+    let jobs = started_jobs(&db.pool, sizes.iter().map(|b| 2 * b).sum()).await;
+    let mut renewer: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
+    let mut recorder: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
+    let counted_before = deadlocks(&db.pool).await;
+
+    let (mut errors, mut rounds, mut renewed, mut written) = (Vec::new(), 0, 0, 0);
+    let mut rest = &jobs[..];
+    for (round, batch) in sizes.iter().enumerate() {
+        let (held, next) = rest.split_at(2 * batch);
+        rest = next;
+        let mut leases = held.to_vec();
+        leases.sort_unstable();
+        // Every other held job finished, in the order they finished (here
+        // the reverse of their ids, as they lie on disk).
+        let outcomes: Vec<Lease> = held.iter().step_by(2).copied().collect();
+        let (renewal, outcome) = tokio::join!(
+            renew(&mut renewer, &leases),
+            record(&mut recorder, &outcomes, round % 2 == 1),
+        );
+        rounds += 1;
+        match renewal {
+            Ok(n) => renewed += n,
+            Err(e) if deadlocked(&e) => errors.push(format!("round {round}, heartbeat: {e}")),
+            Err(e) => panic!("round {round}: heartbeat failed: {e}"),
+        }
+        match outcome {
+            Ok(n) => written += n,
+            Err(e) if deadlocked(&e) => errors.push(format!("round {round}, complete: {e}")),
+            Err(e) => panic!("round {round}: complete failed: {e}"),
+        }
+        if errors.len() >= 3 {
+            break;
+        }
+    }
+    flush_stats(&mut renewer).await;
+    flush_stats(&mut recorder).await;
+    let counted = deadlocks(&db.pool).await - counted_before;
+    assert!(
+        errors.is_empty() && counted == 0,
+        "{} deadlock error(s) (40P01) in {rounds} round(s), {counted} counted in \
+         pg_stat_database: {errors:#?}",
+        errors.len()
+    );
+    // Each round renewed every lease not yet ended and wrote every outcome.
+    let expected: usize = sizes.iter().sum();
+    assert_eq!(written, expected, "outcomes written");
+    assert!(renewed >= expected, "leases renewed: {renewed}");
+}
+
+/// The dashboard's bulk cancel (`src/db/dashboard_cancel_jobs.sql`:
+/// `conveyor.cancel()` on each id, every job locked until the statement
+/// ends) over pending jobs a worker's claim (`claim.sql`, as the worker
+/// sends it) takes at the same moment. On a small table the claim's UPDATE
+/// reads the jobs in disk order (a sequential scan); the cancel went in the
+/// order of its ids.
+#[tokio::test]
+async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
+    const CANCEL: &str = include_str!("../../src/db/dashboard_cancel_jobs.sql");
+    const JOBS: usize = 200;
+    let db = TestDb::new().await;
+    let (claim, _) = conveyor::testing::claim_statements(&db.client);
+    let mut claimer: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
+    let mut canceller: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
+    let counted_before = deadlocks(&db.pool).await;
+    let (mut errors, mut rounds, mut claimed, mut cancelled) = (Vec::new(), 0, 0, 0);
+    for round in 0..ROUNDS {
+        // Pending jobs, on disk in the reverse of their id order; the
+        // claimed ones of the round before are gone, so the table stays
+        // small.
+        let mut ids: Vec<Uuid> = (0..JOBS).map(|_| Uuid::new_v4()).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        sqlx::query(
+            "INSERT INTO conveyor.jobs (id, queue, task)
+             SELECT id, 'default', 'work' FROM unnest($1::uuid[]) WITH ORDINALITY AS t(id, n)
+             ORDER BY n",
+        )
+        .bind(&ids)
+        .execute(&db.pool)
+        .await
+        .expect("insert pending jobs");
+        if round == 0 {
+            sqlx::query("ANALYZE conveyor.jobs_unfinished")
+                .execute(&db.pool)
+                .await
+                .expect("analyze");
+        }
+        let to_cancel: Vec<Uuid> = ids.iter().step_by(2).copied().collect();
+        let tasks = vec!["work".to_string()];
+        let claiming = sqlx::query(claim)
+            .bind("default")
+            .bind(&tasks)
+            .bind(JOBS as i64)
+            .bind(30.0_f64)
+            .bind("lock-order")
+            .bind(None::<i32>)
+            .bind(None::<i32>)
+            .fetch_all(&mut *claimer);
+        let cancelling = sqlx::query(CANCEL)
+            .persistent(false)
+            .bind(&to_cancel)
+            .fetch_all(&mut *canceller);
+        let (claim_result, cancel_result) = tokio::join!(claiming, cancelling);
+        rounds += 1;
+        match claim_result {
+            Ok(rows) => claimed += rows.len(),
+            Err(e) if deadlocked(&e) => errors.push(format!("round {round}, claim: {e}")),
+            Err(e) => panic!("round {round}: claim failed: {e}"),
+        }
+        match cancel_result {
+            Ok(rows) => cancelled += rows.len(),
+            Err(e) if deadlocked(&e) => errors.push(format!("round {round}, cancel: {e}")),
+            Err(e) => panic!("round {round}: bulk cancel failed: {e}"),
+        }
+        sqlx::query("DELETE FROM conveyor.jobs WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(&db.pool)
+            .await
+            .expect("clear the round's jobs");
+        if errors.len() >= 3 {
+            break;
+        }
+    }
+    flush_stats(&mut claimer).await;
+    flush_stats(&mut canceller).await;
+    let counted = deadlocks(&db.pool).await - counted_before;
+    assert!(
+        errors.is_empty() && counted == 0,
+        "{} deadlock error(s) (40P01) in {rounds} round(s), {counted} counted in \
+         pg_stat_database: {errors:#?}",
+        errors.len()
+    );
+    assert_eq!(cancelled, ROUNDS * JOBS / 2, "every cancel answered");
+    assert!(claimed > 0, "no claim took anything");
+}
