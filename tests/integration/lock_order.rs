@@ -1,4 +1,4 @@
-//! The order in which statements lock job rows
+//! Deadlocks between statements that lock job rows in batches
 //! (docs/decisions/2026-11-25-lock-order.md). A worker renews the leases of
 //! every job it holds (`src/db/heartbeat.sql`, leases sorted by id) while
 //! its completer records the outcomes of some of the same jobs
@@ -8,8 +8,11 @@
 //! table and probes it with the array, or the rows' order on disk. Two
 //! statements locking overlapping rows in different orders can each wait
 //! for the other, and PostgreSQL ends one with a deadlock (40P01) after
-//! `deadlock_timeout` (a second by default). Every statement that locks
-//! job rows in batches now locks them in id order first.
+//! `deadlock_timeout` (a second by default). The claim and the outcome
+//! batch (the hot path) still lock in their plan's order; every statement
+//! that can meet their rows never waits for a row lock (the heartbeat, the
+//! dashboard's bulk cancel, `delete_jobs`: SKIP LOCKED), or waits holding
+//! no other job row.
 //!
 //! The statements are replayed from the library's own files, with the
 //! parameters the library passes (`src/db/outcome.rs`), on two connections
@@ -58,8 +61,12 @@ async fn flush_stats(conn: &mut PgConnection) {
 }
 
 /// `heartbeat.sql` as `db::heartbeat` runs it (the worker sorts its
-/// leases, `src/worker/heartbeat.rs`).
-async fn renew(conn: &mut PgConnection, leases: &[Lease]) -> Result<usize, sqlx::Error> {
+/// leases, `src/worker/heartbeat.rs`): the leases answered for (renewed or
+/// busy), and how many were renewed.
+async fn renew(
+    conn: &mut PgConnection,
+    leases: &[Lease],
+) -> Result<(Vec<Lease>, usize), sqlx::Error> {
     let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
     let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
     let rows = sqlx::query(HEARTBEAT)
@@ -69,7 +76,15 @@ async fn renew(conn: &mut PgConnection, leases: &[Lease]) -> Result<usize, sqlx:
         .bind(30.0_f64)
         .fetch_all(conn)
         .await?;
-    Ok(rows.len())
+    let mut answered = Vec::with_capacity(rows.len());
+    let mut renewed = 0;
+    for row in &rows {
+        answered.push((row.try_get("id")?, row.try_get("lease_token")?));
+        if !row.try_get::<bool, _>("busy")? {
+            renewed += 1;
+        }
+    }
+    Ok((answered, renewed))
 }
 
 /// `complete.sql` as `db::complete` runs it, outcomes in the order given
@@ -193,7 +208,17 @@ async fn lease_renewals_and_outcome_batches_of_the_same_jobs_never_deadlock() {
         );
         rounds += 1;
         match renewal {
-            Ok(n) => renewed += n,
+            Ok((answered, n)) => {
+                renewed += n;
+                // A lease missing from the answer is lost (its handler
+                // would be cancelled): only a job whose outcome was just
+                // written may be missing, never one merely locked.
+                let missing = leases
+                    .iter()
+                    .filter(|l| !answered.contains(l) && !outcomes.contains(l))
+                    .count();
+                assert_eq!(missing, 0, "round {round}: leases reported lost");
+            }
             Err(e) if deadlocked(&e) => errors.push(format!("round {round}, heartbeat: {e}")),
             Err(e) => panic!("round {round}: heartbeat failed: {e}"),
         }
@@ -215,7 +240,8 @@ async fn lease_renewals_and_outcome_batches_of_the_same_jobs_never_deadlock() {
          pg_stat_database: {errors:#?}",
         errors.len()
     );
-    // Each round renewed every lease not yet ended and wrote every outcome.
+    // Each round renewed at least the leases no outcome touched (those of
+    // jobs being recorded may be busy) and wrote every outcome.
     let expected: usize = sizes.iter().sum();
     assert_eq!(written, expected, "outcomes written");
     assert!(renewed >= expected, "leases renewed: {renewed}");
@@ -305,4 +331,100 @@ async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
     );
     assert_eq!(cancelled, ROUNDS * JOBS / 2, "every cancel answered");
     assert!(claimed > 0, "no claim took anything");
+}
+
+/// The heartbeat never waits for a row lock: a job whose row another
+/// transaction holds (here a `SELECT ... FOR UPDATE` left open on a second
+/// connection; in a worker, its own outcome batch or an operator's cancel)
+/// is skipped and answered as busy, not lost, while the other leases are
+/// renewed at once. After the lock is gone the next beat renews it.
+#[tokio::test]
+async fn a_lease_renewal_skips_a_locked_job_and_answers_it_busy() {
+    let db = TestDb::new().await;
+    let mut leases = started_jobs(&db.pool, 3).await;
+    leases.sort_unstable();
+    let locked = leases[1];
+    let expiry = |id: Uuid| {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "SELECT lease_expires_at FROM conveyor.jobs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+    };
+    let before = [
+        expiry(leases[0].0).await.unwrap(),
+        expiry(locked.0).await.unwrap(),
+        expiry(leases[2].0).await.unwrap(),
+    ];
+
+    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM conveyor.jobs WHERE id = $1 FOR UPDATE")
+        .bind(locked.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    // (A lease of two hours, so that a renewal moves every expiry.)
+    let beat = |leases: Vec<Lease>| {
+        let pool = db.pool.clone();
+        async move {
+            let ids: Vec<Uuid> = leases.iter().map(|l| l.0).collect();
+            let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
+            let rows = sqlx::query(HEARTBEAT)
+                .persistent(false)
+                .bind(&ids)
+                .bind(&tokens)
+                .bind(7_200.0_f64)
+                .fetch_all(&pool)
+                .await
+                .expect("heartbeat");
+            let mut answer: Vec<(Uuid, i64, bool, bool)> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get("id"),
+                        r.get("lease_token"),
+                        r.get("busy"),
+                        r.get("cancel"),
+                    )
+                })
+                .collect();
+            answer.sort_unstable();
+            answer
+        }
+    };
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), beat(leases.clone()))
+        .await
+        .expect("the heartbeat waited for the locked row");
+    assert_eq!(
+        answer,
+        leases
+            .iter()
+            .map(|&(id, token)| (id, token, id == locked.0, false))
+            .collect::<Vec<_>>(),
+        "two renewed, the locked one busy (none lost)"
+    );
+    assert!(expiry(leases[0].0).await.unwrap() > before[0], "renewed");
+    assert!(expiry(leases[2].0).await.unwrap() > before[2], "renewed");
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        expiry(locked.0).await.unwrap(),
+        before[1],
+        "busy: not renewed"
+    );
+
+    // A lease that is gone is still lost, busy or not: the next beat, with
+    // the lock released, renews the three and says nothing of a fourth.
+    let mut asked = leases.clone();
+    asked.push((Uuid::new_v4(), 99));
+    let answer = beat(asked).await;
+    assert_eq!(
+        answer,
+        leases
+            .iter()
+            .map(|&(id, token)| (id, token, false, false))
+            .collect::<Vec<_>>()
+    );
+    assert!(expiry(locked.0).await.unwrap() > before[1], "renewed now");
 }
