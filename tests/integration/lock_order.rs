@@ -80,7 +80,8 @@ async fn renew(
     let mut renewed = 0;
     for row in &rows {
         answered.push((row.try_get("id")?, row.try_get("lease_token")?));
-        if !row.try_get::<bool, _>("busy")? {
+        // (No `busy` column: main's statement, which waited instead.)
+        if !row.try_get::<bool, _>("busy").unwrap_or(false) {
             renewed += 1;
         }
     }
@@ -247,22 +248,53 @@ async fn lease_renewals_and_outcome_batches_of_the_same_jobs_never_deadlock() {
     assert!(renewed >= expected, "leases renewed: {renewed}");
 }
 
-/// The dashboard's bulk cancel (`src/db/dashboard_cancel_jobs.sql`:
-/// `conveyor.cancel()` on each id, every job locked until the statement
-/// ends) over pending jobs a worker's claim (`claim.sql`, as the worker
-/// sends it) takes at the same moment. On a small table the claim's UPDATE
-/// reads the jobs in disk order (a sequential scan); the cancel went in the
-/// order of its ids.
-#[tokio::test]
-async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
-    const CANCEL: &str = include_str!("../../src/db/dashboard_cancel_jobs.sql");
+/// The dashboard's bulk cancel as `db::dashboard::cancel_jobs` runs it:
+/// `dashboard_cancel_jobs.sql` over every id, then `cancel.sql` on each job
+/// it answered busy (one another transaction held). Returns how many ids
+/// were answered.
+async fn cancel_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<usize, sqlx::Error> {
+    const CANCEL_JOBS: &str = include_str!("../../src/db/dashboard_cancel_jobs.sql");
+    const CANCEL: &str = include_str!("../../src/db/cancel.sql");
+    let rows = sqlx::query(CANCEL_JOBS)
+        .persistent(false)
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    for row in &rows {
+        // (No `busy` column: main's statement, which waited instead.)
+        if row.try_get::<bool, _>("busy").unwrap_or(false) {
+            let id: Uuid = row.try_get("id")?;
+            sqlx::query(CANCEL).bind(id).execute(&mut *conn).await?;
+        }
+    }
+    Ok(rows.len())
+}
+
+/// What an operator does to pending jobs while a worker claims them.
+#[derive(Clone, Copy, Debug)]
+enum Operator {
+    /// The dashboard's bulk cancel ([`cancel_jobs`]).
+    Cancel,
+    /// `Client::delete_jobs`.
+    Delete,
+}
+
+/// Round after round, a worker's claim (`claim.sql`, as the worker sends
+/// it) takes pending jobs while an operator cancels or deletes half of them.
+/// On a small table the claim's UPDATE reads the jobs in disk order (a
+/// sequential scan), here the reverse of their id order. No round may end
+/// in a deadlock, and the operator's answer is what it was: every job asked
+/// to be cancelled ends cancelled, or marked if the claim took it; every
+/// job asked to be deleted is gone unless the claim took it, and the count
+/// returned says how many are gone.
+async fn claims_meeting(operator: Operator) {
     const JOBS: usize = 200;
     let db = TestDb::new().await;
     let (claim, _) = conveyor::testing::claim_statements(&db.client);
     let mut claimer: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
     let mut canceller: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
     let counted_before = deadlocks(&db.pool).await;
-    let (mut errors, mut rounds, mut claimed, mut cancelled) = (Vec::new(), 0, 0, 0);
+    let (mut errors, mut rounds, mut claimed, mut acted) = (Vec::new(), 0, 0, 0);
     for round in 0..ROUNDS {
         // Pending jobs, on disk in the reverse of their id order; the
         // claimed ones of the round before are gone, so the table stays
@@ -284,7 +316,7 @@ async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
                 .await
                 .expect("analyze");
         }
-        let to_cancel: Vec<Uuid> = ids.iter().step_by(2).copied().collect();
+        let to_act: Vec<Uuid> = ids.iter().step_by(2).copied().collect();
         let tasks = vec!["work".to_string()];
         let claiming = sqlx::query(claim)
             .bind("default")
@@ -295,21 +327,72 @@ async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
             .bind(None::<i32>)
             .bind(None::<i32>)
             .fetch_all(&mut *claimer);
-        let cancelling = sqlx::query(CANCEL)
-            .persistent(false)
-            .bind(&to_cancel)
-            .fetch_all(&mut *canceller);
-        let (claim_result, cancel_result) = tokio::join!(claiming, cancelling);
+        let acting = async {
+            match operator {
+                Operator::Cancel => cancel_jobs(&mut canceller, &to_act).await,
+                Operator::Delete => match db.client.delete_jobs(&to_act).await {
+                    Ok(n) => Ok(usize::try_from(n).unwrap()),
+                    Err(conveyor::Error::Database(e)) => Err(e),
+                    Err(e) => panic!("round {round}: delete_jobs failed: {e}"),
+                },
+            }
+        };
+        let (claim_result, operator_result) = tokio::join!(claiming, acting);
         rounds += 1;
         match claim_result {
             Ok(rows) => claimed += rows.len(),
             Err(e) if deadlocked(&e) => errors.push(format!("round {round}, claim: {e}")),
             Err(e) => panic!("round {round}: claim failed: {e}"),
         }
-        match cancel_result {
-            Ok(rows) => cancelled += rows.len(),
-            Err(e) if deadlocked(&e) => errors.push(format!("round {round}, cancel: {e}")),
-            Err(e) => panic!("round {round}: bulk cancel failed: {e}"),
+        let answered = match operator_result {
+            Ok(n) => Some(n),
+            Err(e) if deadlocked(&e) => {
+                errors.push(format!("round {round}, {operator:?}: {e}"));
+                None
+            }
+            Err(e) => panic!("round {round}: {operator:?} failed: {e}"),
+        };
+        if errors.is_empty() {
+            let (left, present): (i64, i64) = sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE NOT (state = 'cancelled' OR state = 'started'
+                                                    AND cancel_requested_at IS NOT NULL)),
+                        count(*)
+                 FROM conveyor.jobs WHERE id = ANY($1)",
+            )
+            .bind(&to_act)
+            .fetch_one(&db.pool)
+            .await
+            .expect("count the jobs acted on");
+            let answered = answered.unwrap();
+            match operator {
+                Operator::Cancel => {
+                    assert_eq!(left, 0, "round {round}: jobs neither cancelled nor marked");
+                    assert_eq!(
+                        answered,
+                        to_act.len(),
+                        "round {round}: every cancel answered"
+                    );
+                }
+                Operator::Delete => {
+                    let started: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM conveyor.jobs WHERE id = ANY($1) AND state = 'started'",
+                    )
+                    .bind(&to_act)
+                    .fetch_one(&db.pool)
+                    .await
+                    .expect("count started jobs");
+                    assert_eq!(
+                        present, started,
+                        "round {round}: jobs neither deleted nor claimed"
+                    );
+                    assert_eq!(
+                        answered as i64,
+                        to_act.len() as i64 - present,
+                        "round {round}: the count deleted"
+                    );
+                }
+            }
+            acted += answered;
         }
         sqlx::query("DELETE FROM conveyor.jobs WHERE id = ANY($1)")
             .bind(&ids)
@@ -329,8 +412,22 @@ async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
          pg_stat_database: {errors:#?}",
         errors.len()
     );
-    assert_eq!(cancelled, ROUNDS * JOBS / 2, "every cancel answered");
     assert!(claimed > 0, "no claim took anything");
+    assert!(acted > 0, "the operator did nothing");
+}
+
+/// The dashboard's bulk cancel (`conveyor.cancel()` on each id, every job
+/// locked until the statement ends) against claims of the same jobs.
+#[tokio::test]
+async fn claims_and_bulk_cancels_of_the_same_jobs_never_deadlock() {
+    claims_meeting(Operator::Cancel).await;
+}
+
+/// `Client::delete_jobs` (one DELETE over the ids) against claims of the
+/// same jobs.
+#[tokio::test]
+async fn claims_and_deletes_of_the_same_jobs_never_deadlock() {
+    claims_meeting(Operator::Delete).await;
 }
 
 /// The heartbeat never waits for a row lock: a job whose row another
