@@ -412,8 +412,11 @@ async fn claims_meeting(operator: Operator) {
          pg_stat_database: {errors:#?}",
         errors.len()
     );
+    // (A round whose claim took every job first deletes nothing.)
     assert!(claimed > 0, "no claim took anything");
-    assert!(acted > 0, "the operator did nothing");
+    if let Operator::Cancel = operator {
+        assert!(acted > 0, "no cancel answered");
+    }
 }
 
 /// The dashboard's bulk cancel (`conveyor.cancel()` on each id, every job
