@@ -17,12 +17,26 @@ BEGIN
                   AND o.state IN ('scheduled', 'pending', 'started', 'retry')))
         ORDER BY k.slot, j.id
     ),
+    -- Locked first, in id order (ORDER BY sorts before FOR UPDATE locks):
+    -- finished jobs are locked by operators' statements only (no claim or
+    -- outcome batch touches them), and two re-queues of the same jobs taking
+    -- them in id order cannot deadlock; the others never wait while holding
+    -- a job row (docs/decisions/2026-11-25-lock-order.md). The first
+    -- condition of the DELETE runs `held` to its end before the DELETE takes
+    -- any row.
+    held AS MATERIALIZED (
+        SELECT id FROM conveyor.jobs
+        WHERE id = ANY(ARRAY(SELECT id FROM candidates)) AND state IN ('failure', 'cancelled')
+        ORDER BY id
+        FOR UPDATE
+    ),
     -- Out of the final state's table, back into jobs_unfinished (migration
     -- V8), whose insert triggers give each job its ready-ring row and wake
     -- the workers of its queue.
     taken AS (
         DELETE FROM conveyor.jobs
-        WHERE id = ANY(ARRAY(SELECT id FROM candidates)) AND state IN ('failure', 'cancelled')
+        WHERE (SELECT count(*) FROM held) >= 0
+          AND id = ANY(ARRAY(SELECT id FROM candidates)) AND state IN ('failure', 'cancelled')
         RETURNING *
     ),
     requeued AS (

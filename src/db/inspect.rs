@@ -145,17 +145,27 @@ pub(crate) async fn enqueued_jobs<'e>(
         .await?)
 }
 
-/// Deletes jobs that are not running; returns how many.
-pub(crate) async fn delete_jobs<'e>(
-    exec: impl Into<Target<'e>>,
-    q: &Queries,
-    ids: &[JobId],
-) -> Result<u64> {
-    Ok(sqlx::query(q.delete_jobs)
+/// Deletes jobs that are not running; returns how many. One statement
+/// deletes every job whose row it can lock without waiting; those another
+/// transaction held (a claim, an outcome batch) are deleted one at a time
+/// after it, each statement waiting for that row alone (see
+/// `delete_jobs.sql`).
+pub(crate) async fn delete_jobs(pool: &PgPool, q: &Queries, ids: &[JobId]) -> Result<u64> {
+    let (deleted, busy): (i64, Vec<JobId>) = sqlx::query_as(q.delete_jobs)
+        // Planned with the actual array each time (see the note above `Queries`).
+        .persistent(false)
         .bind(ids)
-        .execute(q.on(exec))
-        .await?
-        .rows_affected())
+        .fetch_one(q.on(pool))
+        .await?;
+    let mut deleted = u64::try_from(deleted).unwrap_or_default();
+    for id in busy {
+        deleted += sqlx::query(q.delete_job)
+            .bind(id)
+            .execute(q.on(pool))
+            .await?
+            .rows_affected();
+    }
+    Ok(deleted)
 }
 
 /// Cancels a job (see `conveyor.cancel`); returns its state afterwards.

@@ -130,16 +130,21 @@ pub(crate) async fn after_finish(
 /// A claim a worker holds: the job and the fencing token of its claim.
 pub(crate) type Lease = (JobId, i64);
 
-/// A lease [`heartbeat`] renewed, and whether the job's cancellation was
-/// asked for.
+/// A lease [`heartbeat`] answered for: renewed, or still held but busy, and
+/// whether the job's cancellation was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Renewed {
     pub lease: Lease,
     pub cancel: bool,
+    /// Not renewed this time: another transaction held the job's row (an
+    /// outcome batch, an operator's cancel), and the heartbeat never waits
+    /// for a row lock. The lease is still held; the next beat renews it.
+    pub busy: bool,
 }
 
-/// Extends the given leases; returns those it renewed (the others are lost:
-/// the job was rescued, finished, re-queued or claimed again).
+/// Extends the given leases; returns those it renewed and those it found
+/// still held but locked by another transaction (`busy`). The others are
+/// lost: the job was rescued, finished, re-queued or claimed again.
 pub(crate) async fn heartbeat<'e>(
     exec: impl Into<Target<'e>>,
     q: &Queries,
@@ -161,6 +166,7 @@ pub(crate) async fn heartbeat<'e>(
             Ok(Renewed {
                 lease: (row.try_get("id")?, row.try_get("lease_token")?),
                 cancel: row.try_get("cancel")?,
+                busy: row.try_get("busy")?,
             })
         })
         .collect()

@@ -3,9 +3,12 @@
 //! lease is renewed until its outcome is written, not just until its handler
 //! returns.
 //!
-//! A lease the database did not renew is lost (the job was rescued,
-//! re-queued or claimed again): its handler is told at once, through its
-//! cancellation signal, and its outcome will not be written. A lease that
+//! A lease the database neither renewed nor found still held is lost (the
+//! job was rescued, re-queued or claimed again): its handler is told at
+//! once, through its cancellation signal, and its outcome will not be
+//! written. A lease whose row another transaction held at that moment (the
+//! heartbeat never waits for a row lock) is busy, not lost: it is renewed at
+//! the next beat. A lease that
 //! cannot be renewed because the database is out of reach lapses by this
 //! process's clock: the executor stops the handler at that deadline.
 
@@ -59,13 +62,19 @@ pub(crate) async fn run(
                     continue;
                 }
             };
-        let renewed: HashMap<db::Lease, bool> =
-            renewed.into_iter().map(|r| (r.lease, r.cancel)).collect();
+        let renewed: HashMap<db::Lease, (bool, bool)> = renewed
+            .into_iter()
+            .map(|r| (r.lease, (r.cancel, r.busy)))
+            .collect();
         for held in held {
             match renewed.get(&held.key()) {
-                Some(cancel) => {
-                    held.renewed(sent, lease);
-                    if *cancel && !held.cancel.is_cancelled() {
+                Some(&(cancel, busy)) => {
+                    // A busy lease is still held but was not extended: its
+                    // deadline stays (the next beat renews it).
+                    if !busy {
+                        held.renewed(sent, lease);
+                    }
+                    if cancel && !held.cancel.is_cancelled() {
                         // A cancellation whose notification this worker missed.
                         held.cancel.cancel();
                         health.cancels_received(1);

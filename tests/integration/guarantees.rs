@@ -222,6 +222,96 @@ async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     worker.shutdown(WAIT).await.unwrap();
 }
 
+/// A lease renewal that meets a job row another transaction holds (its own
+/// outcome batch, an operator's cancel; here a `SELECT ... FOR UPDATE` left
+/// open) neither waits for it nor counts that lease lost: the other leases
+/// are renewed at that beat, the held job's handler runs on, and its lease
+/// is renewed once the row is free (docs/decisions/2026-11-25-lock-order.md).
+#[tokio::test]
+async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_nothing() {
+    let db = TestDb::new().await;
+    let started_sem = Arc::new(Semaphore::new(0));
+    let finish = Arc::new(Semaphore::new(0));
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let (s, f, c) = (started_sem.clone(), finish.clone(), cancelled.clone());
+    let worker = Worker::builder(&db.client)
+        .lease(Duration::from_secs(6))
+        .concurrency(2)
+        .register_fn("long", move |ctx, _| {
+            let (started, finish, cancelled) = (s.clone(), f.clone(), c.clone());
+            async move {
+                started.add_permits(1);
+                tokio::select! {
+                    permit = finish.acquire() => permit.expect("semaphore open").forget(),
+                    () = ctx.cancelled() => {
+                        cancelled.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Ok(json!("done"))
+            }
+        })
+        .start()
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..2 {
+        let job = db.client.enqueue(NewJob::new("long", json!({}))).await;
+        jobs.push(job.unwrap());
+    }
+    started(&started_sem).await;
+    started(&started_sem).await;
+    let expiry = |id| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+                "SELECT lease_expires_at FROM conveyor.jobs WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (locked, free) = (jobs[0].id(), jobs[1].id());
+
+    // Beats come every 2 s (a third of the lease). Right after one, the
+    // row is locked for the next beat: a renewal that waited for it would
+    // not commit the other lease before the lock goes. (The held job's
+    // lease is not extended meanwhile: 4 s of its 6 pass before the beat
+    // after the lock.)
+    let beat = |last| async move {
+        eventually(Duration::from_secs(4), "the free job renewed", || async {
+            (expiry(free).await > last).then_some(())
+        })
+        .await;
+    };
+    beat(expiry(free).await).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM conveyor.jobs WHERE id = $1 FOR UPDATE")
+        .bind(locked)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let locked_before = expiry(locked).await;
+    beat(expiry(free).await).await;
+    assert_eq!(expiry(locked).await, locked_before, "busy: not renewed");
+    assert_eq!(cancelled.load(Ordering::SeqCst), 0, "no handler cancelled");
+    assert_eq!(worker.health().leases_lost, 0, "no lease counted lost");
+    tx.rollback().await.unwrap();
+
+    eventually(WAIT, "the held job renewed once free", || async {
+        (expiry(locked).await > locked_before).then_some(())
+    })
+    .await;
+    finish.add_permits(2);
+    for job in &jobs {
+        let done = job.wait_job(WAIT).await.unwrap();
+        assert_eq!(done.state, JobState::Success, "{}", job.id());
+    }
+    assert_eq!(cancelled.load(Ordering::SeqCst), 0, "no handler cancelled");
+    assert_eq!(worker.health().leases_lost, 0);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
 /// Defect 3: `run_at = 'infinity'` (and any time a reader cannot represent)
 /// is refused however it is written, so no such row can stop a worker.
 #[tokio::test]

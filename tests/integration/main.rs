@@ -16,6 +16,7 @@ mod guarantees;
 mod history;
 mod host_list;
 mod insert_paths;
+mod lock_order;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod migrate;

@@ -30,6 +30,10 @@ mod history;
 mod host_list;
 #[path = "../integration/insert_paths.rs"]
 mod insert_paths;
+// (Its statements run on the test's direct pool: what it checks is the
+// order in which PostgreSQL locks rows, the same behind a pooler.)
+#[path = "../integration/lock_order.rs"]
+mod lock_order;
 #[cfg(feature = "metrics")]
 #[path = "../integration/metrics.rs"]
 mod metrics;

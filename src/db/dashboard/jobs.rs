@@ -220,20 +220,35 @@ pub(crate) async fn jobs_by_id_range(
     )
 }
 
-/// `conveyor.cancel()` on each id, in one statement: each job's state
-/// afterwards (`None`: no such job).
+/// `conveyor.cancel()` on each id: each job's state afterwards (`None`: no
+/// such job). One statement cancels every job whose row it can lock without
+/// waiting; those another transaction held (a claim, an outcome batch) are
+/// cancelled one at a time after it, each statement waiting for that row
+/// alone (see `dashboard_cancel_jobs.sql`).
 pub(crate) async fn cancel_jobs(
     pool: &PgPool,
     q: &Queries,
     ids: &[JobId],
 ) -> Result<Vec<(JobId, Option<String>)>> {
-    Ok(
+    let rows: Vec<(JobId, Option<String>, bool)> =
         sqlx::query_as(statement(q, include_str!("../dashboard_cancel_jobs.sql")))
             .persistent(false)
             .bind(ids)
             .fetch_all(q.on(pool))
-            .await?,
-    )
+            .await?;
+    let mut states = Vec::with_capacity(rows.len());
+    for (id, state, busy) in rows {
+        let state = if busy {
+            sqlx::query_scalar(q.cancel)
+                .bind(id)
+                .fetch_one(q.on(pool))
+                .await?
+        } else {
+            state
+        };
+        states.push((id, state));
+    }
+    Ok(states)
 }
 
 /// The jobs of one workflow, in member or step order, then a chord's callback.

@@ -93,6 +93,12 @@ impl Run {
         let renewed = db::heartbeat(&self.client.inner.pool, self.q(), &leases, 60.0)
             .await
             .unwrap();
+        // (Nothing else runs meanwhile, so no row is locked: none is busy.)
+        assert!(
+            renewed.iter().all(|r| !r.busy),
+            "{}: busy leases with nothing else running",
+            self.at()
+        );
         let renewed: HashSet<Lease> = renewed.into_iter().map(|r| r.lease).collect();
         *self.seen.entry("stale renewals refused").or_default() += leases.len() - renewed.len();
         let expected: HashSet<Lease> = leases
