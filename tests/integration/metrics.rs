@@ -129,6 +129,60 @@ async fn the_gauges_report_the_unfinished_jobs_and_the_registry() {
     );
 }
 
+/// Jobs running show in flight: `conveyor_jobs{state="started"}` and the
+/// registry's busy slots, from a scrape by another process's `Metrics`;
+/// both go back to 0 when the jobs end.
+#[tokio::test]
+async fn running_jobs_show_in_flight_and_as_busy_slots() {
+    let db = TestDb::new().await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let worker = Worker::builder(&db.client)
+        .queues(["media"])
+        .concurrency(5)
+        .register_fn("hold", move |_, args| {
+            let mut gate = gate.clone();
+            async move {
+                gate.wait_for(|open| *open)
+                    .await
+                    .map_err(|e| TaskError::fail(e.to_string()))?;
+                Ok(args)
+            }
+        })
+        .start()
+        .unwrap();
+    for i in 0..2 {
+        db.client
+            .enqueue(NewJob::new("hold", json!(i)).queue("media"))
+            .await
+            .unwrap();
+    }
+    // A scrape as `conveyor metrics` makes it: its own Metrics, no worker.
+    let metrics = Metrics::new().unwrap();
+    // (A queue with no unfinished job has no conveyor_jobs series: 0.)
+    let in_flight = |text: &str| {
+        let started = "conveyor_jobs{queue=\"media\",state=\"started\"}";
+        (
+            text.contains(started)
+                .then(|| sample(text, started))
+                .unwrap_or(0.0),
+            sample(text, "conveyor_worker_slots{state=\"busy\"}"),
+        )
+    };
+    eventually(WAIT, "two jobs in flight in two busy slots", || async {
+        let text = scrape(&metrics, &db.client).await;
+        (in_flight(&text) == (2.0, 2.0)).then_some(())
+    })
+    .await;
+    open.send(true).unwrap();
+    eventually(WAIT, "nothing in flight once they end", || async {
+        let text = scrape(&metrics, &db.client).await;
+        let done = count_jobs(&db.pool, "task = 'hold' AND state = 'success'").await == 2;
+        (done && in_flight(&text) == (0.0, 0.0)).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+}
+
 /// Counters and histograms of one (queue, task) in a scrape.
 #[derive(Debug, PartialEq)]
 struct Totals {

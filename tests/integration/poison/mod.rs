@@ -395,6 +395,66 @@ async fn poison_rows_end_in_defined_states_and_workers_keep_serving() {
         }
     }
 
+    // The dashboard's API (what its pages read) and a metrics scrape, over
+    // the same rows: an answer for every request (an error status for a row
+    // that cannot be decoded is acceptable), never a panic.
+    let router = conveyor::dashboard::router(
+        db.client.clone(),
+        conveyor::dashboard::DashboardConfig::new(),
+    );
+    let mut uris: Vec<(Option<Uuid>, String)> = [
+        "/api/overview",
+        "/api/stats",
+        "/api/workers",
+        "/api/workflows",
+        "/api/periodic",
+    ]
+    .iter()
+    .map(|uri| (None, uri.to_string()))
+    .collect();
+    for state in [
+        "scheduled",
+        "pending",
+        "started",
+        "retry",
+        "success",
+        "failure",
+        "cancelled",
+    ] {
+        uris.push((None, format!("/api/jobs?state={state}&limit=1000")));
+    }
+    for id in accepted.keys() {
+        uris.push((Some(*id), format!("/api/jobs/{id}")));
+        let prefix = &id.to_string()[..8];
+        uris.push((Some(*id), format!("/api/search?id={prefix}")));
+    }
+    for (id, uri) in uris {
+        let router = router.clone();
+        let request = axum::http::Request::get(&uri)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        match no_panic(async move { tower::ServiceExt::oneshot(router, request).await }).await {
+            Ok(Ok(reply)) if reply.status().is_success() => {
+                bump(&mut counts, "readers: dashboard API 2xx")
+            }
+            Ok(Ok(reply)) => bump(
+                &mut counts,
+                format!("readers: dashboard API {}", reply.status().as_u16()),
+            ),
+            Ok(Err(never)) => match never {},
+            Err(panic) => violations.push(format!(
+                "dashboard GET {uri} panicked: {panic}: {}",
+                id.map_or_else(|| "(any row)".to_string(), |id| sql_of(&id))
+            )),
+        }
+    }
+    let client = db.client.clone();
+    match no_panic(async move { conveyor::Metrics::new()?.render(&client).await }).await {
+        Ok(Ok(_)) => bump(&mut counts, "readers: metrics scrape Ok"),
+        Ok(Err(e)) => violations.push(format!("the metrics scrape failed: {e}")),
+        Err(panic) => violations.push(format!("the metrics scrape panicked: {panic}")),
+    }
+
     // The `conveyor` command, which prints what those readers return (a
     // table for people, JSON for scripts): it must not panic either.
     let url = db.url();
