@@ -225,6 +225,9 @@ pub struct StatsPoint {
     pub rescued: i64,
     /// Jobs that ended cancelled.
     pub cancelled: i64,
+    /// Attempts whose worker lost the lease before writing the outcome, as
+    /// workers counted them (many of them are also `rescued`).
+    pub leases_lost: i64,
     /// Queue wait of the attempts workers ended (see [`Histogram`]).
     #[sqlx(try_from = "Vec<i64>")]
     pub wait_ms: Histogram,

@@ -4,12 +4,14 @@
 -- all-time conveyor.stats_totals, in the same statement, one upsert per
 -- (queue, task) in that order. Shard 0 rows are in the totals already.
 -- So the totals plus the rows of shards other than 0 never go down.
+-- (Reads leases_lost, added by migration V11: a statement deleting from
+-- conveyor.stats runs only once every migration is applied.)
 CREATE OR REPLACE FUNCTION conveyor_internal.stats_to_totals() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO conveyor.stats_totals AS t
         (queue, task, enqueued, succeeded, failed, retried, rescued, cancelled,
-         wait_ms, run_ms, wait_ms_sum, run_ms_sum)
+         wait_ms, run_ms, wait_ms_sum, run_ms_sum, leases_lost)
     SELECT g.queue, g.task, sum(g.enqueued), sum(g.succeeded), sum(g.failed), sum(g.retried),
            sum(g.rescued), sum(g.cancelled),
            array_replace(ARRAY[
@@ -24,7 +26,7 @@ BEGIN
                sum(run_ms[11]), sum(run_ms[12]), sum(run_ms[13]), sum(run_ms[14]), sum(run_ms[15]),
                sum(run_ms[16]), sum(run_ms[17]), sum(run_ms[18]), sum(run_ms[19])
            ], NULL, 0)::bigint[],
-           sum(g.wait_ms_sum), sum(g.run_ms_sum)
+           sum(g.wait_ms_sum), sum(g.run_ms_sum), sum(g.leases_lost)
     FROM gone g
     WHERE g.shard <> 0
     GROUP BY g.queue, g.task
@@ -39,7 +41,8 @@ BEGIN
         wait_ms = conveyor_internal.histogram_add(t.wait_ms, EXCLUDED.wait_ms),
         run_ms = conveyor_internal.histogram_add(t.run_ms, EXCLUDED.run_ms),
         wait_ms_sum = t.wait_ms_sum + EXCLUDED.wait_ms_sum,
-        run_ms_sum = t.run_ms_sum + EXCLUDED.run_ms_sum;
+        run_ms_sum = t.run_ms_sum + EXCLUDED.run_ms_sum,
+        leases_lost = t.leases_lost + EXCLUDED.leases_lost;
     RETURN NULL;
 END
 $$;

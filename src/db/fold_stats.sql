@@ -28,7 +28,7 @@ gone AS (
 folded AS (
     INSERT INTO conveyor.stats AS s
         (minute, queue, task, shard, succeeded, failed, retried, rescued, cancelled, wait_ms, run_ms,
-         enqueued, wait_ms_sum, run_ms_sum)
+         enqueued, wait_ms_sum, run_ms_sum, leases_lost)
     SELECT minute, queue, task, 0,
            sum(succeeded), sum(failed), sum(retried), sum(rescued), sum(cancelled),
            array_replace(ARRAY[
@@ -43,7 +43,7 @@ folded AS (
                sum(run_ms[11]), sum(run_ms[12]), sum(run_ms[13]), sum(run_ms[14]), sum(run_ms[15]),
                sum(run_ms[16]), sum(run_ms[17]), sum(run_ms[18]), sum(run_ms[19])
            ], NULL, 0)::bigint[],
-           sum(enqueued), sum(wait_ms_sum), sum(run_ms_sum)
+           sum(enqueued), sum(wait_ms_sum), sum(run_ms_sum), sum(leases_lost)
     FROM gone
     GROUP BY minute, queue, task
     ORDER BY minute, queue, task
@@ -57,7 +57,8 @@ folded AS (
         run_ms = conveyor_internal.histogram_add(s.run_ms, EXCLUDED.run_ms),
         enqueued = s.enqueued + EXCLUDED.enqueued,
         wait_ms_sum = s.wait_ms_sum + EXCLUDED.wait_ms_sum,
-        run_ms_sum = s.run_ms_sum + EXCLUDED.run_ms_sum
+        run_ms_sum = s.run_ms_sum + EXCLUDED.run_ms_sum,
+        leases_lost = s.leases_lost + EXCLUDED.leases_lost
     RETURNING 1
 )
 SELECT greatest(b.since, b.until) AS until,

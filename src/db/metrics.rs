@@ -24,6 +24,8 @@ pub(crate) struct MetricsTotals {
     pub run_ms: Vec<i64>,
     pub wait_ms_sum: f64,
     pub run_ms_sum: f64,
+    /// Leases workers lost (migration V11).
+    pub leases_lost: i64,
 }
 
 /// How much a scrape may read to count unfinished jobs

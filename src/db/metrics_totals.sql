@@ -22,14 +22,15 @@ SELECT queue, task,
            sum(run_ms[11]), sum(run_ms[12]), sum(run_ms[13]), sum(run_ms[14]), sum(run_ms[15]),
            sum(run_ms[16]), sum(run_ms[17]), sum(run_ms[18]), sum(run_ms[19])
        ], NULL, 0)::bigint[] AS run_ms,
-       sum(wait_ms_sum)::float8 AS wait_ms_sum, sum(run_ms_sum)::float8 AS run_ms_sum
+       sum(wait_ms_sum)::float8 AS wait_ms_sum, sum(run_ms_sum)::float8 AS run_ms_sum,
+       sum(leases_lost)::bigint AS leases_lost
 FROM (
     SELECT queue, task, enqueued, succeeded, failed, retried, rescued, cancelled,
-           wait_ms, run_ms, wait_ms_sum, run_ms_sum
+           wait_ms, run_ms, wait_ms_sum, run_ms_sum, leases_lost
     FROM conveyor.stats_totals
     UNION ALL
     SELECT queue, task, enqueued, succeeded, failed, retried, rescued, cancelled,
-           wait_ms, run_ms, wait_ms_sum, run_ms_sum
+           wait_ms, run_ms, wait_ms_sum, run_ms_sum, leases_lost
     FROM conveyor.stats
     WHERE shard <> 0
 ) AS t

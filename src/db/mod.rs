@@ -57,7 +57,8 @@ pub(crate) use migrations::{
     applied_migrations, apply_functions, create_schema, execute_in_transaction, lock_migrations,
 };
 pub(crate) use outcome::{
-    Lease, OutcomeRow, after_finish, complete, heartbeat, recorded, release, wait_ms,
+    Lease, OutcomeRow, after_finish, complete, count_leases_lost, heartbeat, recorded, release,
+    wait_ms,
 };
 pub(crate) use queues::{QueueSetting, queue_limits, set_queue};
 pub(crate) use workers::{
@@ -114,6 +115,7 @@ pub(crate) struct Queries {
     claim_floors: &'static str,
     complete: &'static str,
     heartbeat: &'static str,
+    count_leases_lost: &'static str,
     recorded: &'static str,
     release: &'static str,
     rescue: &'static str,
@@ -249,6 +251,7 @@ impl Queries {
             claim_floors: load(include_str!("claim_floors.sql")),
             complete: load(include_str!("complete.sql")),
             heartbeat: load(include_str!("heartbeat.sql")),
+            count_leases_lost: load(include_str!("count_leases_lost.sql")),
             recorded: load(include_str!("recorded.sql")),
             release: load(include_str!("release.sql")),
             rescue: load(include_str!("rescue.sql")),

@@ -172,6 +172,25 @@ pub(crate) async fn heartbeat<'e>(
         .collect()
 }
 
+/// Adds leases lost to the rollups (`count_leases_lost.sql`): one count per
+/// `(queue, task)`, in the current minute, in one statement.
+pub(crate) async fn count_leases_lost<'e>(
+    exec: impl Into<Target<'e>>,
+    q: &Queries,
+    lost: &[((String, String), i64)],
+) -> Result<()> {
+    let queues: Vec<&str> = lost.iter().map(|((queue, _), _)| queue.as_str()).collect();
+    let tasks: Vec<&str> = lost.iter().map(|((_, task), _)| task.as_str()).collect();
+    let counts: Vec<i64> = lost.iter().map(|(_, n)| *n).collect();
+    sqlx::query(q.count_leases_lost)
+        .bind(&queues)
+        .bind(&tasks)
+        .bind(&counts)
+        .execute(q.on(exec))
+        .await?;
+    Ok(())
+}
+
 /// Those of `leases` whose claim has ended with its outcome recorded (the
 /// job is no longer started and still carries that token): after a write
 /// whose acknowledgement was lost, which outcomes did commit.

@@ -11,7 +11,7 @@
 SELECT date_bin($3::interval, minute, timestamptz '2000-01-01 00:00:00+00') AS at,
        sum(succeeded)::bigint AS succeeded, sum(failed)::bigint AS failed,
        sum(retried)::bigint AS retried, sum(rescued)::bigint AS rescued,
-       sum(cancelled)::bigint AS cancelled,
+       sum(cancelled)::bigint AS cancelled, sum(leases_lost)::bigint AS leases_lost,
        array_replace(ARRAY[
            sum(wait_ms[1]), sum(wait_ms[2]), sum(wait_ms[3]), sum(wait_ms[4]), sum(wait_ms[5]),
            sum(wait_ms[6]), sum(wait_ms[7]), sum(wait_ms[8]), sum(wait_ms[9]), sum(wait_ms[10]),

@@ -5,10 +5,11 @@
 //! sample beyond it, flagged by `conveyor_jobs_estimated`, so a scrape's
 //! cost is bounded whatever the backlog), and all-time totals by queue and
 //! task (jobs enqueued, succeeded, failed, retried, rescued, cancelled;
-//! queue wait and run time histograms) read from the outcome rollups, so they survive restarts and the pruning
-//! of jobs. A scrape never reads the history of finished jobs
-//! (docs/decisions/2026-11-25-metrics.md). Two counters are this process's
-//! own: leases its workers lost, and their background tasks restarted.
+//! leases workers lost; queue wait and run time histograms) read from the
+//! outcome rollups, so they survive restarts and the pruning of jobs. A
+//! scrape never reads the history of finished jobs
+//! (docs/decisions/2026-11-25-metrics.md). One counter is this process's
+//! own: its workers' background tasks restarted.
 //!
 //! ```no_run
 //! # async fn demo(client: conveyor::Client) -> conveyor::Result<()> {
@@ -47,7 +48,6 @@ pub struct Metrics {
     queue_workers: IntGaugeVec,
     slots: IntGaugeVec,
     rollups: rollups::Rollups,
-    leases_lost: IntCounterVec,
     restarts: IntCounterVec,
     /// How much a scrape may read to count the unfinished jobs.
     limits: db::GaugeLimits,
@@ -123,14 +123,6 @@ impl Metrics {
             &["state"],
         )?;
         let rollups = rollups::Rollups::new()?;
-        let leases_lost = IntCounterVec::new(
-            Opts::new(
-                "conveyor_leases_lost_total",
-                "Jobs whose lease this process's workers lost before their outcome was written",
-            ),
-            &["queue", "task"],
-        )
-        .map_err(metric_error)?;
         let restarts = IntCounterVec::new(
             Opts::new(
                 "conveyor_worker_task_restarts_total",
@@ -149,7 +141,6 @@ impl Metrics {
             Box::new(queue_workers.clone()),
             Box::new(slots.clone()),
             Box::new(rollups.clone()),
-            Box::new(leases_lost.clone()),
             Box::new(restarts.clone()),
         ] {
             registry.register(collector).map_err(metric_error)?;
@@ -165,7 +156,6 @@ impl Metrics {
             queue_workers,
             slots,
             rollups,
-            leases_lost,
             restarts,
             limits: db::GaugeLimits::default(),
             scraping: Arc::default(),
@@ -204,11 +194,6 @@ impl Metrics {
     /// The underlying registry (to add your own metrics or merge).
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// Counts a lease lost by a worker given these metrics.
-    pub(crate) fn lease_lost(&self, queue: &str, task: &str) {
-        self.leases_lost.with_label_values(&[queue, task]).inc();
     }
 
     /// Counts a worker background task restarted after a panic.

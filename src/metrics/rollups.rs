@@ -14,7 +14,7 @@ use crate::records::Histogram as Buckets;
 
 /// Counter families: name, help, and the column they read.
 type Column = fn(&MetricsTotals) -> i64;
-const COUNTERS: [(&str, &str, Column); 6] = [
+const COUNTERS: [(&str, &str, Column); 7] = [
     (
         "conveyor_jobs_enqueued_total",
         "Jobs that entered the queue (new ones, and failed or cancelled ones re-queued), from the rollups",
@@ -44,6 +44,11 @@ const COUNTERS: [(&str, &str, Column); 6] = [
         "conveyor_jobs_cancelled_total",
         "Jobs that ended cancelled, from the rollups",
         |t| t.cancelled,
+    ),
+    (
+        "conveyor_leases_lost_total",
+        "Attempts whose worker lost the lease before its outcome was written (the outcome was not recorded), as workers counted them, from the rollups",
+        |t| t.leases_lost,
     ),
 ];
 

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use tokio::sync::Notify;
+
 /// A worker's background tasks, each supervised (restarted if it panics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
@@ -85,7 +87,14 @@ pub struct WorkerHealth {
     pub last_panic: Option<(WorkerTask, String)>,
     /// Jobs whose lease this worker lost before their outcome was written
     /// (their handler was told to stop; the outcome was not recorded).
+    /// Each is also added to the rollups (`conveyor_leases_lost_total`,
+    /// served by every metrics process), unless counted in
+    /// `leases_lost_unrecorded`.
     pub leases_lost: u64,
+    /// Of `leases_lost`, those that could not be added to the rollups (the
+    /// database refused the write, or was out of reach until the worker
+    /// stopped); each failure is logged.
+    pub leases_lost_unrecorded: u64,
     /// Claimed jobs whose row could not be decoded (each was failed with the
     /// reason, without running).
     pub undecodable_jobs: u64,
@@ -106,6 +115,12 @@ pub(crate) struct Health {
     restarts: [AtomicU64; 9],
     last_panic: Mutex<Option<(WorkerTask, String)>>,
     leases_lost: AtomicU64,
+    /// Leases lost not yet added to the rollups, by (queue, task): taken and
+    /// written by the lost-lease recorder (`worker::lost`).
+    lost_unwritten: Mutex<BTreeMap<(String, String), i64>>,
+    /// Wakes the recorder when a loss is counted.
+    lost_wake: Notify,
+    leases_lost_unrecorded: AtomicU64,
     undecodable: AtomicU64,
     cancels: AtomicU64,
     ring_held: AtomicBool,
@@ -144,6 +159,7 @@ impl Health {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             leases_lost: self.leases_lost.load(Ordering::Relaxed),
+            leases_lost_unrecorded: self.leases_lost_unrecorded.load(Ordering::Relaxed),
             undecodable_jobs: self.undecodable.load(Ordering::Relaxed),
             cancels_received: self.cancels.load(Ordering::Relaxed),
             ring_held: self.ring_held(),
@@ -165,15 +181,42 @@ impl Health {
         }
     }
 
-    /// A lease of a job of `queue` and `task` was lost.
+    /// A lease of a job of `queue` and `task` was lost: counted here, and
+    /// handed to the lost-lease recorder for the rollups (never waits for
+    /// the database).
     pub(crate) fn lease_lost(&self, queue: &str, task: &str) {
         self.leases_lost.fetch_add(1, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        if let Some(metrics) = &self.metrics {
-            metrics.lease_lost(queue, task);
+        *lock(&self.lost_unwritten)
+            .entry((queue.to_string(), task.to_string()))
+            .or_default() += 1;
+        self.lost_wake.notify_one();
+    }
+
+    /// Resolves once a loss was counted since the last call (at once if
+    /// one was counted before this call and not waited for yet).
+    pub(crate) async fn lost_counted(&self) {
+        self.lost_wake.notified().await;
+    }
+
+    /// Takes the losses not yet added to the rollups.
+    pub(crate) fn take_lost(&self) -> Vec<((String, String), i64)> {
+        std::mem::take(&mut *lock(&self.lost_unwritten))
+            .into_iter()
+            .collect()
+    }
+
+    /// Puts back losses whose write failed, to be written with the next.
+    pub(crate) fn put_back_lost(&self, lost: Vec<((String, String), i64)>) {
+        let mut unwritten = lock(&self.lost_unwritten);
+        for (key, n) in lost {
+            *unwritten.entry(key).or_default() += n;
         }
-        #[cfg(not(feature = "metrics"))]
-        let _ = (queue, task);
+    }
+
+    /// `n` losses will never be in the rollups.
+    pub(crate) fn lost_unrecorded(&self, n: i64) {
+        self.leases_lost_unrecorded
+            .fetch_add(n.max(0).unsigned_abs(), Ordering::Relaxed);
     }
 
     pub(crate) fn undecodable(&self, n: usize) {
@@ -218,4 +261,8 @@ impl Health {
             panic!("conveyor: panic injected into the {task} task (test hook)");
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

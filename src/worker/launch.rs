@@ -24,7 +24,7 @@ use crate::worker::plan::QueuePlan;
 use crate::worker::registry::{Registry, beat_interval};
 use crate::worker::{
     BOOKKEEPING_CONNECTIONS, ShutdownReport, WorkerBuilder, WorkerHandle, default_worker_id,
-    executor, heartbeat, producer,
+    executor, heartbeat, lost, producer,
 };
 
 impl WorkerBuilder {
@@ -264,6 +264,10 @@ impl WorkerBuilder {
                 restarted(WorkerTask::Periodic),
             ))
         });
+        // Not supervised: it cannot panic (no checkpoint, no user code), and
+        // it must outlive the completer, whose lost outcomes it writes.
+        let (lost_stop, lost_stopped) = tokio::sync::oneshot::channel();
+        let lost_recorder = tokio::spawn(lost::run(client.clone(), health.clone(), lost_stopped));
         let completer = tokio::spawn(supervise(
             "completer",
             move || completer.clone().run(),
@@ -316,6 +320,7 @@ impl WorkerBuilder {
             ];
             helpers.extend(periodic.map(AbortOnDrop));
             let completer = AbortOnDrop(completer);
+            let mut lost_recorder = AbortOnDrop(lost_recorder);
             let unfinished = supervise(
                 "producer",
                 move || producer.clone().run(),
@@ -325,6 +330,9 @@ impl WorkerBuilder {
             // Every executor is done and every outbox is gone: the completer
             // ends once it has written what is left.
             let _ = (&mut { completer }.0).await;
+            // Then the leases lost are written (what is left, one try).
+            let _ = lost_stop.send(());
+            let _ = (&mut lost_recorder.0).await;
             drop(helpers);
             let report = release(&client, &unfinished, &id).await;
             let inner = &client.inner;

@@ -18,6 +18,7 @@ mod health;
 mod heartbeat;
 mod launch;
 mod lease;
+mod lost;
 mod plan;
 mod producer;
 mod registry;

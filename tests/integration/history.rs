@@ -298,7 +298,7 @@ async fn migration_v8_keeps_every_job_and_the_queue_runs_on() {
     .unwrap();
     let rows = "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY id), '[]') FROM conveyor.jobs j";
     let before: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
-    assert_eq!(conveyor::migrate(pool).await.unwrap(), vec![8, 9, 10]);
+    assert_eq!(conveyor::migrate(pool).await.unwrap(), vec![8, 9, 10, 11]);
     let after: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
     assert_eq!(before, after, "every column of every job");
     let today = day(pool, 0).await;

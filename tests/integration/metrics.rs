@@ -2,7 +2,7 @@
 //! unfinished jobs and the registry, and the all-time counters and
 //! histograms (from the rollups) match what `conveyor.jobs` shows for a
 //! known workload, and still do after every job and every rollup row is
-//! pruned.
+//! pruned; leases a worker lost are served by a metrics process of its own.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually};
+use crate::common::{THROUGH_PGBOUNCER, TestDb, WAIT, count_jobs, eventually};
 
 async fn scrape(metrics: &Metrics, client: &conveyor::Client) -> String {
     let response = metrics
@@ -398,6 +398,131 @@ async fn folding_and_rescues_keep_the_totals_exact() {
         .unwrap();
     assert_eq!(shards, [0], "folded");
     assert_eq!(totals(&scrape(&metrics, c).await, "lost"), before);
+}
+
+/// A lease a worker loses is counted in the rollups, so a `Metrics` of
+/// another process (here: on a client and pool of its own, as the
+/// standalone `conveyor metrics` runs) serves it as
+/// `conveyor_leases_lost_total`, and still does once the rollup rows are
+/// folded and then deleted by retention. The worker is given no `Metrics`.
+#[tokio::test]
+async fn a_lease_lost_is_served_by_any_metrics_process_and_outlives_the_rollups() {
+    let db = TestDb::new().await;
+    let started = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let s = started.clone();
+    let worker = Worker::builder(&db.client)
+        .lease(Duration::from_secs(3))
+        .concurrency(1)
+        .register_fn("long", move |ctx, _| {
+            let started = s.clone();
+            async move {
+                started.add_permits(1);
+                ctx.cancelled().await;
+                Ok(json!("too late"))
+            }
+        })
+        .start()
+        .unwrap();
+    let job = db
+        .client
+        .enqueue(NewJob::new("long", json!({})))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, started.acquire())
+        .await
+        .expect("handler started in time")
+        .expect("semaphore open")
+        .forget();
+    // (Paused, so that the job is not simply claimed again here.)
+    db.client.pause_queue("default").await.unwrap();
+    // What a rescuer elsewhere would do once the lease looked expired there
+    // (so `rescued` stays 0: only the worker's own count is seen).
+    sqlx::query(
+        "UPDATE conveyor.jobs SET state = 'pending', lease_expires_at = NULL,
+                lease_token = NULL, worker_id = NULL WHERE id = $1",
+    )
+    .bind(job.id())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    eventually(WAIT, "the loss counted by the worker", || async {
+        (worker.health().leases_lost == 1).then_some(())
+    })
+    .await;
+
+    // Another process: its own pool and client, no worker.
+    let url = if THROUGH_PGBOUNCER {
+        db.bouncer_url()
+    } else {
+        db.url()
+    };
+    let pool = conveyor::pool_options()
+        .max_connections(2)
+        .connect_lazy(&url)
+        .unwrap();
+    let other = db.client_on(pool, false);
+    let metrics = Metrics::new().unwrap();
+    let lost = "conveyor_leases_lost_total{queue=\"default\",task=\"long\"}";
+    eventually(WAIT, "the loss in the rollups", || async {
+        (sample(&scrape(&metrics, &other).await, lost) == 1.0).then_some(())
+    })
+    .await;
+    let text = scrape(&metrics, &other).await;
+    assert_eq!(
+        sample(
+            &text,
+            "conveyor_jobs_rescued_total{queue=\"default\",task=\"long\"}"
+        ),
+        0.0,
+        "{text}"
+    );
+    let hour = conveyor::StatsQuery {
+        since: chrono::Utc::now() - chrono::Duration::hours(1),
+        until: chrono::Utc::now() + chrono::Duration::minutes(5),
+        step: Duration::from_secs(3 * 3600),
+        queue: None,
+        task: Some("long".into()),
+    };
+    let points = db.client.stats(&hour).await.unwrap();
+    let in_chart: i64 = points.iter().map(|p| p.leases_lost).sum();
+    assert_eq!(in_chart, 1, "the rollups' points count it too");
+    assert_eq!(worker.health().leases_lost_unrecorded, 0);
+    worker.shutdown(WAIT).await.unwrap();
+
+    // Folded into shard 0 (and so into the totals) once an hour old...
+    sqlx::query("UPDATE conveyor.stats SET minute = minute - interval '1 hour'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(include_str!("../../src/db/fold_stats.sql"))
+        .bind(chrono::Utc::now() - chrono::Duration::hours(2))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let shards: Vec<(i32, i64)> =
+        sqlx::query_as("SELECT shard, leases_lost FROM conveyor.stats WHERE task = 'long'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(shards, [(0, 1)], "folded");
+    assert_eq!(sample(&scrape(&metrics, &other).await, lost), 1.0, "folded");
+    // ...then every rollup row deleted by retention: the total stays.
+    db.client
+        .prune(&Retention {
+            success: None,
+            failure: None,
+            cancelled: None,
+            stats: Some(Duration::ZERO),
+        })
+        .await
+        .unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.stats")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the rollups are gone");
+    let text = scrape(&metrics, &other).await;
+    assert_eq!(sample(&text, lost), 1.0, "after the rollups: {text}");
 }
 
 /// Inserts `n` unfinished jobs of `queue` in `state` in one statement (the

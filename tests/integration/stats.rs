@@ -29,6 +29,7 @@ fn sum(points: &[conveyor::StatsPoint]) -> conveyor::StatsPoint {
         total.retried += p.retried;
         total.rescued += p.rescued;
         total.cancelled += p.cancelled;
+        total.leases_lost += p.leases_lost;
         for (a, b) in total.wait_ms.counts.iter_mut().zip(&p.wait_ms.counts) {
             *a += b;
         }

@@ -1,0 +1,88 @@
+//! Adds the leases this worker lost to the rollups (`conveyor.stats.leases_lost`,
+//! migration V11), so that every process serving metrics sees them
+//! (`conveyor_leases_lost_total{queue,task}`), not only this one.
+//!
+//! Off the path of outcomes: the executor, the completer and the heartbeat
+//! count a loss in [`Health`] and go on; this task takes the losses counted
+//! so far and writes them in one small upsert (a lost lease is rare). A
+//! write that fails never stops the worker: it is logged, and retried with
+//! backoff while the worker runs (the losses wait in memory, one count per
+//! queue and task); one the database refuses, or still unwritten when the
+//! worker stops, is counted in [`crate::WorkerHealth::leases_lost_unrecorded`].
+//! (A retried write whose first try committed unheard of counts those
+//! losses twice: the counter never goes down, and may run over.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backoff::ExponentialBackoff;
+use backoff::backoff::Backoff;
+use tokio::sync::oneshot;
+
+use crate::client::Client;
+use crate::db;
+use crate::worker::health::Health;
+
+/// Runs until `stop` fires (or its sender is gone), then writes what is left
+/// (one try) and returns.
+pub(crate) async fn run(client: Client, health: Arc<Health>, mut stop: oneshot::Receiver<()>) {
+    let mut backoff = ExponentialBackoff {
+        initial_interval: Duration::from_millis(500),
+        max_interval: Duration::from_secs(30),
+        max_elapsed_time: None,
+        ..ExponentialBackoff::default()
+    };
+    loop {
+        tokio::select! {
+            () = health.lost_counted() => {}
+            _ = &mut stop => break,
+        }
+        while let Err(retry) = write(&client, &health).await {
+            if !retry {
+                break;
+            }
+            let wait = backoff.next_backoff().unwrap_or(backoff.max_interval);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = &mut stop => {
+                    finish(&client, &health).await;
+                    return;
+                }
+            }
+        }
+        backoff.reset();
+    }
+    finish(&client, &health).await;
+}
+
+/// The last write, at shutdown: what it cannot store is counted unrecorded.
+async fn finish(client: &Client, health: &Health) {
+    if write(client, health).await.is_err() {
+        let left: i64 = health.take_lost().iter().map(|(_, n)| n).sum();
+        health.lost_unrecorded(left);
+    }
+}
+
+/// Writes the losses counted so far. `Err(true)`: a failure worth retrying,
+/// the losses were put back; `Err(false)`: refused, they were dropped.
+async fn write(client: &Client, health: &Health) -> Result<(), bool> {
+    let lost = health.take_lost();
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let inner = &client.inner;
+    match db::count_leases_lost(&inner.pool, inner.queries, &lost).await {
+        Ok(()) => Ok(()),
+        Err(error) if error.is_refusal() => {
+            let n: i64 = lost.iter().map(|(_, n)| n).sum();
+            tracing::error!(%error, leases = n, "conveyor: cannot add lost leases to the rollups; they are not counted in conveyor_leases_lost_total");
+            health.lost_unrecorded(n);
+            Err(false)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "conveyor: cannot add lost leases to the rollups yet; retrying");
+            health.put_back_lost(lost);
+            Err(true)
+        }
+    }
+}
