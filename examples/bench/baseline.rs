@@ -18,6 +18,15 @@ const SCHEMA: &str = "
     DROP SCHEMA IF EXISTS bench_old CASCADE;
     CREATE SCHEMA bench_old;
     CREATE TABLE bench_old.jobs (LIKE conveyor.jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+    -- The rules on several columns, which conveyor.jobs keeps on its
+    -- partitions since V10 (LIKE copies the column types, so the one-column
+    -- rules, domains, come with them): the same rules as C's tables.
+    ALTER TABLE bench_old.jobs ADD CHECK (
+        CASE WHEN state = 'started' THEN lease_expires_at IS NOT NULL AND lease_token IS NOT NULL
+             ELSE lease_expires_at IS NULL END);
+    ALTER TABLE bench_old.jobs ADD CHECK (
+        (state IN ('success', 'failure', 'cancelled')) = (finished_at IS NOT NULL)
+        AND finished_at >= '0001-01-01 00:00:00+00' AND finished_at < '10000-01-01 00:00:00+00');
     ALTER TABLE bench_old.jobs ADD PRIMARY KEY (id);
     ALTER TABLE bench_old.jobs SET (fillfactor = 90);
     CREATE INDEX ON bench_old.jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';

@@ -36,6 +36,7 @@ pub struct Config {
     pub history: Vec<u64>,
     pub future: u64,
     /// M: days of folded rollups present.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub rollup_days: i64,
     /// H: seconds, enqueue rate (jobs/s), sample period, retention.
     pub soak_secs: u64,

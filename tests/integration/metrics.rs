@@ -162,9 +162,11 @@ async fn running_jobs_show_in_flight_and_as_busy_slots() {
     let in_flight = |text: &str| {
         let started = "conveyor_jobs{queue=\"media\",state=\"started\"}";
         (
-            text.contains(started)
-                .then(|| sample(text, started))
-                .unwrap_or(0.0),
+            if text.contains(started) {
+                sample(text, started)
+            } else {
+                0.0
+            },
             sample(text, "conveyor_worker_slots{state=\"busy\"}"),
         )
     };
