@@ -30,11 +30,13 @@ pub enum WorkerTask {
     Periodic,
     /// Keeps the worker's row in the registry (`conveyor.workers`).
     Registry,
+    /// Adds the leases this worker lost to the rollups (`conveyor.stats`).
+    LostLeases,
 }
 
 impl WorkerTask {
     /// Every task, in this order.
-    pub const ALL: [WorkerTask; 9] = [
+    pub const ALL: [WorkerTask; 10] = [
         WorkerTask::Producer,
         WorkerTask::Completer,
         WorkerTask::Heartbeat,
@@ -44,6 +46,7 @@ impl WorkerTask {
         WorkerTask::Pruner,
         WorkerTask::Periodic,
         WorkerTask::Registry,
+        WorkerTask::LostLeases,
     ];
 
     /// Its name, as logs and metrics give it.
@@ -58,6 +61,7 @@ impl WorkerTask {
             WorkerTask::Pruner => "pruner",
             WorkerTask::Periodic => "periodic",
             WorkerTask::Registry => "registry",
+            WorkerTask::LostLeases => "lost_leases",
         }
     }
 
@@ -112,7 +116,7 @@ pub struct WorkerHealth {
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     stopped: AtomicBool,
-    restarts: [AtomicU64; 9],
+    restarts: [AtomicU64; WorkerTask::ALL.len()],
     last_panic: Mutex<Option<(WorkerTask, String)>>,
     leases_lost: AtomicU64,
     /// Leases lost not yet added to the rollups, by (queue, task): taken and

@@ -264,10 +264,24 @@ impl WorkerBuilder {
                 restarted(WorkerTask::Periodic),
             ))
         });
-        // Not supervised: it cannot panic (no checkpoint, no user code), and
-        // it must outlive the completer, whose lost outcomes it writes.
-        let (lost_stop, lost_stopped) = tokio::sync::oneshot::channel();
-        let lost_recorder = tokio::spawn(lost::run(client.clone(), health.clone(), lost_stopped));
+        // Stopped after the completer, whose lost outcomes it writes.
+        let (lost_stop, lost_stopped) = tokio::sync::watch::channel(false);
+        let lost_recorder = {
+            let (client, health) = (client.clone(), health.clone());
+            let checkpoint = checkpoint(WorkerTask::LostLeases);
+            tokio::spawn(supervise(
+                "lost_leases",
+                move || {
+                    lost::run(
+                        client.clone(),
+                        health.clone(),
+                        lost_stopped.clone(),
+                        checkpoint.clone(),
+                    )
+                },
+                restarted(WorkerTask::LostLeases),
+            ))
+        };
         let completer = tokio::spawn(supervise(
             "completer",
             move || completer.clone().run(),
@@ -331,7 +345,7 @@ impl WorkerBuilder {
             // ends once it has written what is left.
             let _ = (&mut { completer }.0).await;
             // Then the leases lost are written (what is left, one try).
-            let _ = lost_stop.send(());
+            let _ = lost_stop.send(true);
             let _ = (&mut lost_recorder.0).await;
             drop(helpers);
             let report = release(&client, &unfinished, &id).await;

@@ -17,26 +17,30 @@ use std::time::Duration;
 
 use backoff::ExponentialBackoff;
 use backoff::backoff::Backoff;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 use crate::client::Client;
 use crate::db;
+use crate::supervise::Checkpoint;
 use crate::worker::health::Health;
 
-/// Runs until `stop` fires (or its sender is gone), then writes what is left
-/// (one try) and returns.
-pub(crate) async fn run(client: Client, health: Arc<Health>, mut stop: oneshot::Receiver<()>) {
+/// Runs until `stop` turns true (or its sender is gone), then writes what is
+/// left (one try) and returns. Supervised: restarted if it panics (the
+/// losses wait in `health` meanwhile).
+pub(crate) async fn run(
+    client: Client,
+    health: Arc<Health>,
+    mut stop: watch::Receiver<bool>,
+    checkpoint: Checkpoint,
+) {
     let mut backoff = ExponentialBackoff {
         initial_interval: Duration::from_millis(500),
         max_interval: Duration::from_secs(30),
         max_elapsed_time: None,
         ..ExponentialBackoff::default()
     };
+    // Losses counted before this task (re)started are written first.
     loop {
-        tokio::select! {
-            () = health.lost_counted() => {}
-            _ = &mut stop => break,
-        }
         while let Err(retry) = write(&client, &health).await {
             if !retry {
                 break;
@@ -44,15 +48,24 @@ pub(crate) async fn run(client: Client, health: Arc<Health>, mut stop: oneshot::
             let wait = backoff.next_backoff().unwrap_or(backoff.max_interval);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                _ = &mut stop => {
+                () = stopped(&mut stop) => {
                     finish(&client, &health).await;
                     return;
                 }
             }
         }
         backoff.reset();
+        tokio::select! {
+            () = health.lost_counted() => checkpoint(),
+            () = stopped(&mut stop) => break,
+        }
     }
     finish(&client, &health).await;
+}
+
+/// Returns once `stop` is true or its sender is gone.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
 }
 
 /// The last write, at shutdown: what it cannot store is counted unrecorded.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use conveyor::{Metrics, NewJob, Retention, TaskError, Worker};
+use conveyor::{Metrics, NewJob, Retention, TaskError, Worker, WorkerTask};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -425,6 +425,9 @@ async fn a_lease_lost_is_served_by_any_metrics_process_and_outlives_the_rollups(
         })
         .start()
         .unwrap();
+    // The task that writes losses panics when this one wakes it: it is
+    // restarted, and the loss still reaches the rollups.
+    worker.inject_panic(WorkerTask::LostLeases);
     let job = db
         .client
         .enqueue(NewJob::new("long", json!({})))
@@ -450,6 +453,14 @@ async fn a_lease_lost_is_served_by_any_metrics_process_and_outlives_the_rollups(
     eventually(WAIT, "the loss counted by the worker", || async {
         (worker.health().leases_lost == 1).then_some(())
     })
+    .await;
+    eventually(
+        WAIT,
+        "the loss recorder restarted after its panic",
+        || async {
+            (worker.health().restarts.get(&WorkerTask::LostLeases) == Some(&1)).then_some(())
+        },
+    )
     .await;
 
     // Another process: its own pool and client, no worker.
