@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
 
+// apt-get, shared with the PgBouncer and browser tests.
+#[path = "../support/apt.rs"]
+mod apt;
+
 /// The monitor's settings, tightened from their defaults (a node is
 /// considered gone after 20 s, and a dead primary's demotion is awaited
 /// for 30 s: about 50 s from kill to a writable standby) so the test fails
@@ -78,23 +82,7 @@ fn server_bin() -> PathBuf {
         let version = dir.file_name().and_then(|v| v.to_str()).unwrap_or("15");
         let package = format!("postgresql-{version}-auto-failover");
         eprintln!("pg_auto_failover is missing: installing {package}");
-        let root = id(&["-u"]) == Some(0);
-        let apt = |args: &[&str]| {
-            let mut command = if root {
-                Command::new("apt-get")
-            } else {
-                let mut sudo = Command::new("sudo");
-                sudo.args(["-n", "apt-get"]);
-                sudo
-            };
-            command
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdin(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let installed = apt(&["update", "-q"]) && apt(&["install", "-y", "-q", &package]);
+        let installed = apt::install(&[&package]);
         assert!(
             installed && ready(&dir),
             "the failover test needs pg_auto_failover and could not install it: run \
