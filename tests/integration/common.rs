@@ -298,6 +298,24 @@ where
     }
 }
 
+/// The shared buffers on a `Buffers:` line of `EXPLAIN (ANALYZE, BUFFERS)`,
+/// hit or read (`Buffers: shared hit=14 read=120 dirtied=2, temp read=5`
+/// gives 134; a line of other buffers, none). Hits alone undercount: pages
+/// another database's work pushed out of `shared_buffers` are read.
+pub fn shared_pages(line: &str) -> Option<u64> {
+    let shared = line.trim().strip_prefix("Buffers: shared ")?;
+    let counts = shared.split(',').next().unwrap_or_default();
+    Some(
+        counts
+            .split_whitespace()
+            .filter_map(|pair| match pair.split_once('=') {
+                Some(("hit" | "read", n)) => n.parse::<u64>().ok(),
+                _ => None,
+            })
+            .sum(),
+    )
+}
+
 /// `SELECT count(*) FROM conveyor.jobs WHERE <filter>`.
 pub async fn count_jobs(pool: &PgPool, filter: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(

@@ -6,7 +6,9 @@ use conveyor::{Client, JobState, NewJob, Task, TaskContext, TaskError, Worker};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually, futures_join_all, wait_for_listen};
+use crate::common::{
+    TestDb, WAIT, count_jobs, eventually, futures_join_all, shared_pages, wait_for_listen,
+};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy)]
 pub struct AddArgs {
@@ -473,8 +475,7 @@ async fn claiming_reads_only_the_ready_ring_whatever_the_history() {
     let buffers: u64 = plan
         .lines()
         .take_while(|l| !l.starts_with("Planning"))
-        .filter_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
-        .filter_map(|n| n.split_whitespace().next()?.parse().ok())
+        .filter_map(shared_pages)
         .max()
         .unwrap_or(0);
     assert!(buffers < 100, "claim touched {buffers} pages:\n{plan}");

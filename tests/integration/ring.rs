@@ -8,7 +8,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use conveyor::{NewJob, Worker, WorkerHandle};
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually};
+use crate::common::{TestDb, WAIT, count_jobs, eventually, shared_pages};
 
 fn start(db: &TestDb) -> WorkerHandle {
     Worker::builder(&db.client)
@@ -88,11 +88,7 @@ async fn claim_buffers(
     tx.rollback().await.unwrap();
     let plan = plan.join("\n");
     // The top node's line counts every buffer below it.
-    let buffers = plan
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
-        .and_then(|n| n.split_whitespace().next()?.parse().ok())
-        .unwrap_or(u64::MAX);
+    let buffers = plan.lines().find_map(shared_pages).unwrap_or(u64::MAX);
     (buffers, plan)
 }
 
@@ -102,10 +98,7 @@ fn ring_pages(plan: &str) -> u64 {
     let mut lines = plan
         .lines()
         .skip_while(|l| !matches!(l.trim(), "CTE picked" | "CTE cand"));
-    lines
-        .find_map(|l| l.trim().strip_prefix("Buffers: shared hit="))
-        .and_then(|n| n.split_whitespace().next()?.parse().ok())
-        .unwrap_or(u64::MAX)
+    lines.find_map(shared_pages).unwrap_or(u64::MAX)
 }
 
 /// The failure of issue 16: while a session holds the xmin horizon, VACUUM

@@ -5,7 +5,7 @@
 #
 #   scripts/prototypes/batch-claims/run.sh setup          # two databases, proto and proto_h
 #   scripts/prototypes/batch-claims/run.sh rounds 3       # f c0 h n2 n, interleaved, 100,000 jobs each
-#   scripts/prototypes/batch-claims/run.sh one n 100000   # one variant
+#   scripts/prototypes/batch-claims/run.sh one n 100000   # one variant (also n_gin: N with a GIN index)
 #   scripts/prototypes/batch-claims/run.sh view           # design N's conveyor.jobs view: read costs
 #   scripts/prototypes/batch-claims/run.sh drop
 #
@@ -38,30 +38,34 @@ setup() {
 }
 
 one() {
-    local v=$1 n=${2:-100000} db=proto opts=""
-    [ "$v" = h ] && db=proto_h
+    local v=$1 n=${2:-100000} db=proto opts="" script=$1
+    # N with a GIN index on the claims' id arrays (a lookup by job id).
+    if [ "$v" = n_gin ]; then script=n; fi
+    if [ "$v" = h ]; then db=proto_h; fi
     # F's and H's generic plans join the outcome's ids as a nested loop over
     # the whole batch (the Rust baseline gets the hash join): give them theirs.
-    [ "$v" = f ] && opts="-c plan_cache_mode=force_custom_plan"
-    [ "$v" = h ] && opts="-c enable_nestloop=off"
+    if [ "$v" = f ]; then opts="-c plan_cache_mode=force_custom_plan"; fi
+    if [ "$v" = h ]; then opts="-c enable_nestloop=off"; fi
     local p="psql -qAt -d $db"
     local load="INSERT INTO conveyor.jobs (queue, task) SELECT 'bench', 'noop' FROM generate_series(1, $n)"
     case $v in
         f) $p -c "TRUNCATE bench_old.jobs" -c "${load/conveyor.jobs/bench_old.jobs}" -c "VACUUM (ANALYZE) bench_old.jobs" ;;
-        c0|h|n|n2)
+        c0|h|n|n2|n_gin)
             $p -c "ALTER TABLE conveyor.jobs_unfinished ENABLE TRIGGER jobs_ready_delete" \
                -c "DELETE FROM conveyor.jobs_unfinished" -c "SELECT conveyor.rebuild_ready()" \
                -c "TRUNCATE proto.claims, proto.leases" -c "$load" \
                -c "VACUUM (ANALYZE) conveyor.jobs_unfinished, conveyor.ready, proto.claims, proto.leases" >/dev/null
             # N and N2 leave the job row pending: the trigger that removes a
             # pending job's ring row would run for nothing when it ends.
-            case $v in n|n2) $p -c "ALTER TABLE conveyor.jobs_unfinished DISABLE TRIGGER jobs_ready_delete" ;; esac ;;
+            case $v in n|n2|n_gin) $p -c "ALTER TABLE conveyor.jobs_unfinished DISABLE TRIGGER jobs_ready_delete" ;; esac
+            $p -c "DROP INDEX IF EXISTS proto.claims_job_ids"
+            if [ "$v" = n_gin ]; then $p -c "CREATE INDEX claims_job_ids ON proto.claims USING gin (job_ids)"; fi ;;
         *) echo "unknown variant $v" >&2; exit 2 ;;
     esac
     $p -c CHECKPOINT
     local w0 w1 out
     w0=$($p -c "SELECT pg_current_wal_insert_lsn()")
-    out=$(PGOPTIONS="$opts" pgbench -n -r -M prepared -c 1 -t $((n / BATCH)) -f "$OUT/$v.sql" $db 2>&1)
+    out=$(PGOPTIONS="$opts" pgbench -n -r -M prepared -c 1 -t $((n / BATCH)) -f "$OUT/$script.sql" $db 2>&1)
     w1=$($p -c "SELECT pg_current_wal_insert_lsn()")
     local tps wal
     tps=$(echo "$out" | grep -oP 'tps = \K[0-9.]+' | head -1)
