@@ -396,6 +396,20 @@ pub struct WorkerChild {
     child: Child,
 }
 
+/// This executable, to start worker processes from. On Linux the process's
+/// own `/proc/<pid>/exe`, which still opens the running binary after a
+/// rebuild replaced its file (`current_exe()` then names a path ending in
+/// " (deleted)", and a run an hour into scenario G could start no worker),
+/// and resolves from another network namespace too (`ip netns exec`).
+fn own_exe() -> std::io::Result<std::path::PathBuf> {
+    let link = std::path::PathBuf::from(format!("/proc/{}/exe", std::process::id()));
+    if link.exists() {
+        Ok(link)
+    } else {
+        std::env::current_exe()
+    }
+}
+
 impl WorkerChild {
     /// Starts a worker process with `concurrency` slots and waits until it
     /// has connected and is listening.
@@ -428,7 +442,7 @@ impl WorkerChild {
         claim_ahead: Option<usize>,
         pooler: Option<&str>,
     ) -> Result<WorkerChild> {
-        let exe = std::env::current_exe()?;
+        let exe = own_exe()?;
         let mut cmd = match netns {
             Some(netns) => {
                 let mut cmd = Command::new("ip");
