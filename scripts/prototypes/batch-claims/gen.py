@@ -18,6 +18,19 @@ for k in range(8):
 delete_picked = "\n".join(dp) + "\ntaken AS (" + " UNION ALL ".join(f"SELECT job_id FROM taken_{k}" for k in range(8)) + ")"
 def strip_comments(s):
     return "\n".join(l for l in s.splitlines() if not l.strip().startswith('--'))
+def store_and_count(rows):
+    """The end of N's and N2's outcome: the finished rows (CTE `rows`) into
+    today's success table, counted in the rollups, their ids returned."""
+    return f"""into_success AS (INSERT INTO conveyor.jobs_success SELECT * FROM {rows}),
+counted AS (
+    SELECT conveyor_internal.count_outcomes(array_agg(queue), array_agg(task), array_agg(state),
+        array_agg(1::float8), array_agg(extract(epoch FROM now() - started_at)::float8 * 1000))
+    FROM {rows}
+)
+SELECT (SELECT count(*) FROM counted), (SELECT string_agg(id::text, ',') FROM {rows});
+"""
+
+
 B = 500
 # --- C0: today's claim and complete
 claim = strip_comments((M/'claim.sql').read_text()).replace('{delete_picked}', delete_picked).replace('{job_columns}', cols)
@@ -75,14 +88,7 @@ ended AS (
         j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.cancel_requested_at,
         j.unique_key, j.unique_until, (SELECT lease_token FROM c) AS lease_token
 ),
-into_success AS (INSERT INTO conveyor.jobs_success SELECT * FROM ended),
-counted AS (
-    SELECT conveyor_internal.count_outcomes(array_agg(queue), array_agg(task), array_agg(state),
-        array_agg(1::float8), array_agg(extract(epoch FROM now() - started_at)::float8 * 1000))
-    FROM ended
-)
-SELECT (SELECT count(*) FROM counted), (SELECT string_agg(id::text, ',') FROM ended);
-"""
+""" + store_and_count("ended")
 (OUT / 'n.sql').write_text(n_claim + n_comp)
 
 # --- H: today's statements plus a claims row per claim statement (the
@@ -117,12 +123,5 @@ rows AS (
         e.unique_key, e.unique_until, f.lease_token
     FROM ended e JOIN fenced f ON f.job_id = e.id
 ),
-into_success AS (INSERT INTO conveyor.jobs_success SELECT * FROM rows),
-counted AS (
-    SELECT conveyor_internal.count_outcomes(array_agg(queue), array_agg(task), array_agg(state),
-        array_agg(1::float8), array_agg(extract(epoch FROM now() - started_at)::float8 * 1000))
-    FROM rows
-)
-SELECT (SELECT count(*) FROM counted), (SELECT string_agg(id::text, ',') FROM rows);
-"""
+""" + store_and_count("rows")
 (OUT / 'n2.sql').write_text(n2_claim + n2_comp)
