@@ -125,3 +125,18 @@ rows AS (
 ),
 """ + store_and_count("rows")
 (OUT / 'n2.sql').write_text(n2_claim + n2_comp)
+# --- NL: N with the claimed jobs' rows locked (FOR NO KEY UPDATE, as an UPDATE
+# would), so that cancel, delete and re-queue keep today's mutual exclusion
+# with the claim; NLC: NL whose outcome also counts down the claim's jobs_left.
+nl_claim = n_claim.replace("AND j.state = 'pending')", "AND j.state = 'pending' FOR NO KEY UPDATE OF j)")
+(OUT / 'nl.sql').write_text(nl_claim + n_comp)
+nlc_comp = n_comp.replace("""ended AS (""", """done AS (UPDATE proto.claims SET jobs_left = jobs_left - (SELECT count(*) FROM ended) WHERE lease_token = :tok),
+ended AS (""").replace("WITH c AS", "WITH c AS")
+# `done` reads `ended`: move it after `ended`.
+head, rest = nlc_comp.split("done AS (", 1)
+done_cte, rest2 = rest.split("\nended AS (", 1)
+ended_cte, tail = rest2.split("\n),\n", 1)
+nlc_comp = head + "ended AS (" + ended_cte + "\n),\ndone AS (" + done_cte + "\n" + tail
+(OUT / 'nlc.sql').write_text(nl_claim.replace("ins AS (INSERT INTO proto.claims (lease_token, worker_id, queue, expires_at, started_at, job_ids)",
+    "ins AS (INSERT INTO proto.claims (lease_token, worker_id, queue, expires_at, started_at, job_ids)").replace(
+    "ARRAY(SELECT job_id FROM taken)),", "ARRAY(SELECT job_id FROM taken)),", 1) + nlc_comp)

@@ -26,7 +26,8 @@ setup() {
             --database-url "postgres://$PGUSER@$PGHOST/$db" migrate)
         psql -qAt -d $db -c "CREATE SCHEMA proto" \
             -c "CREATE TABLE proto.claims (lease_token bigint PRIMARY KEY, worker_id text NOT NULL, queue text NOT NULL,
-                    expires_at timestamptz NOT NULL, started_at timestamptz NOT NULL, job_ids uuid[] NOT NULL)" \
+                    expires_at timestamptz NOT NULL, started_at timestamptz NOT NULL, job_ids uuid[] NOT NULL,
+                    jobs_left int NOT NULL DEFAULT 500)" \
             -c "CREATE TABLE proto.leases (job_id uuid PRIMARY KEY, lease_token bigint NOT NULL, attempt int NOT NULL,
                     worker_id text NOT NULL, started_at timestamptz NOT NULL, lease_expires_at timestamptz NOT NULL)
                 WITH (fillfactor = 90)"
@@ -50,14 +51,14 @@ one() {
     local load="INSERT INTO conveyor.jobs (queue, task) SELECT 'bench', 'noop' FROM generate_series(1, $n)"
     case $v in
         f) $p -c "TRUNCATE bench_old.jobs" -c "${load/conveyor.jobs/bench_old.jobs}" -c "VACUUM (ANALYZE) bench_old.jobs" ;;
-        c0|h|n|n2|n_gin)
+        c0|h|n|n2|n_gin|nl|nlc)
             $p -c "ALTER TABLE conveyor.jobs_unfinished ENABLE TRIGGER jobs_ready_delete" \
                -c "DELETE FROM conveyor.jobs_unfinished" -c "SELECT conveyor.rebuild_ready()" \
                -c "TRUNCATE proto.claims, proto.leases" -c "$load" \
                -c "VACUUM (ANALYZE) conveyor.jobs_unfinished, conveyor.ready, proto.claims, proto.leases" >/dev/null
             # N and N2 leave the job row pending: the trigger that removes a
             # pending job's ring row would run for nothing when it ends.
-            case $v in n|n2|n_gin) $p -c "ALTER TABLE conveyor.jobs_unfinished DISABLE TRIGGER jobs_ready_delete" ;; esac
+            case $v in n|n2|n_gin|nl|nlc) $p -c "ALTER TABLE conveyor.jobs_unfinished DISABLE TRIGGER jobs_ready_delete" ;; esac
             $p -c "DROP INDEX IF EXISTS proto.claims_job_ids"
             if [ "$v" = n_gin ]; then $p -c "CREATE INDEX claims_job_ids ON proto.claims USING gin (job_ids)"; fi ;;
         *) echo "unknown variant $v" >&2; exit 2 ;;
