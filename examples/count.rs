@@ -194,7 +194,7 @@ async fn run(url: &str, scenario: &str, jobs: usize, concurrency: usize) -> Resu
             let batch = chunk.iter().map(|_| NewJob::new("noop", json!({})));
             client.enqueue_many(batch.collect()).await?;
         }
-        sqlx::query("VACUUM ANALYZE conveyor.jobs")
+        sqlx::query("VACUUM ANALYZE conveyor.job_rows")
             .execute(&mut probe)
             .await?;
     }

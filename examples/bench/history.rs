@@ -31,7 +31,7 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         load_history(db, loaded, level - loaded).await?;
         let load_secs = began.elapsed().as_secs_f64();
         loaded = level;
-        sqlx::query("VACUUM (ANALYZE) conveyor.jobs")
+        sqlx::query("VACUUM (ANALYZE) conveyor.job_rows, conveyor.claims")
             .execute(&db.pool)
             .await?;
         let kept = kept(db).await?;
@@ -77,10 +77,10 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         );
         loaded -= dropped.min(loaded);
     }
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue IN ('bench_history', 'bench')")
+    sqlx::query("DELETE FROM conveyor.job_rows WHERE queue IN ('bench_history', 'bench')")
         .execute(&db.pool)
         .await?;
-    sqlx::query("VACUUM conveyor.jobs")
+    sqlx::query("VACUUM conveyor.job_rows, conveyor.claims")
         .execute(&db.pool)
         .await?;
     Ok(lines)
@@ -97,7 +97,7 @@ pub async fn load_history(db: &BenchDb, offset: u64, n: u64) -> Result<()> {
     while done < n {
         let take = (n - done).min(1_000_000) as i64;
         sqlx::query(
-            "INSERT INTO conveyor.jobs
+            "INSERT INTO conveyor.job_rows
                  (id, queue, task, state, attempt, run_at, started_at, finished_at, result, created_at)
              SELECT ('00000000-0000-7000-8000-' || lpad(to_hex($1::bigint + g), 12, '0'))::uuid,
                     'bench_history', 'noop', 'success', 1, f - interval '1 second',
@@ -143,7 +143,7 @@ async fn enqueue_rate(db: &BenchDb, secs: u64) -> Result<f64> {
         n += 1;
     }
     let rate = n as f64 / began.elapsed().as_secs_f64();
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_enqueue'")
+    sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_enqueue'")
         .execute(&db.pool)
         .await?;
     Ok(rate)

@@ -94,7 +94,7 @@ async fn measure(
     rollup_rows: i64,
     rollup_secs: f64,
 ) -> Result<Line> {
-    sqlx::query("VACUUM (ANALYZE) conveyor.jobs, conveyor.stats, conveyor.stats_totals")
+    sqlx::query("VACUUM (ANALYZE) conveyor.job_rows, conveyor.stats, conveyor.stats_totals")
         .execute(&db.pool)
         .await?;
     let mut medians = Vec::new();

@@ -240,7 +240,7 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         });
         lines.push(line.with(extra));
     }
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_pgbench'")
+    sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_pgbench'")
         .execute(&db.pool)
         .await?;
     Ok(lines)
@@ -275,11 +275,11 @@ async fn enqueue_loop(
     }
     let rate = done.load(Ordering::Relaxed) as f64 / secs(start);
     let (jobs, transactions): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(DISTINCT xmin::text) FROM conveyor.jobs WHERE queue = 'bench_a'",
+        "SELECT count(*), count(DISTINCT xmin::text) FROM conveyor.job_rows WHERE queue = 'bench_a'",
     )
     .fetch_one(&db.pool)
     .await?;
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_a'")
+    sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_a'")
         .execute(&db.pool)
         .await?;
     Ok((rate, jobs as f64 / transactions.max(1) as f64))
@@ -495,7 +495,7 @@ pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         p99s.push(percentile(&latencies, 99.0));
         maxes.push(percentile(&latencies, 100.0));
     }
-    sqlx::query("DELETE FROM conveyor.jobs WHERE queue = 'bench_d'")
+    sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_d'")
         .execute(&db.pool)
         .await?;
     let v = format!("{} jobs at 50/s, commit -> handler start", cfg.latency_jobs);
@@ -608,7 +608,7 @@ pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         tokio::time::sleep_until(next.into()).await;
         if vacuum {
             // Stand-in for autovacuum, which this server has turned off.
-            sqlx::query("VACUUM conveyor.jobs")
+            sqlx::query("VACUUM conveyor.job_rows, conveyor.claims")
                 .execute(&db.pool)
                 .await?;
         }

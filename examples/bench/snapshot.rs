@@ -138,7 +138,7 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         }
         if vacuum {
             // Stand-in for autovacuum, which this server has turned off.
-            sqlx::query("VACUUM conveyor.jobs")
+            sqlx::query("VACUUM conveyor.job_rows, conveyor.claims")
                 .execute(&db.pool)
                 .await?;
         }

@@ -99,7 +99,7 @@ impl BenchDb {
     /// autovacuum would), so every run starts from fresh statistics.
     pub async fn preload(&self, n: usize, batch: usize) -> Result<()> {
         self.preload_timed(n, batch).await?;
-        sqlx::query("ANALYZE conveyor.jobs")
+        sqlx::query("ANALYZE conveyor.job_rows, conveyor.claims")
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -132,7 +132,7 @@ impl BenchDb {
         while done < n {
             let take = (n - done).min(1_000_000) as i64;
             sqlx::query(
-                "INSERT INTO conveyor.jobs
+                "INSERT INTO conveyor.job_rows
                      (id, queue, task, state, attempt, run_at, started_at, finished_at, result, created_at)
                  SELECT ($1 || lpad(to_hex($5::bigint + g), 12, '0'))::uuid, $2, 'noop', $3,
                         CASE WHEN $3 = 'success' THEN 1 ELSE 0 END,
@@ -165,11 +165,12 @@ impl BenchDb {
         // too.
         let mut tries = 0;
         loop {
-            let deleted =
-                sqlx::query("DELETE FROM conveyor.jobs WHERE queue = $1 AND state <> 'scheduled'")
-                    .bind(QUEUE)
-                    .execute(&self.pool)
-                    .await;
+            let deleted = sqlx::query(
+                "DELETE FROM conveyor.job_rows WHERE queue = $1 AND state <> 'scheduled'",
+            )
+            .bind(QUEUE)
+            .execute(&self.pool)
+            .await;
             match deleted {
                 Err(sqlx::Error::Database(e))
                     if e.code().as_deref() == Some("40P01") && tries < 5 =>
@@ -182,7 +183,7 @@ impl BenchDb {
                 }
             }
         }
-        sqlx::query("VACUUM (ANALYZE) conveyor.jobs")
+        sqlx::query("VACUUM (ANALYZE) conveyor.job_rows, conveyor.claims")
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -646,7 +647,7 @@ pub async fn pgbench(
         PgbenchScript::SqlEnqueue => "SELECT conveyor.enqueue('noop', '{}', 'bench_pgbench');\n",
         PgbenchScript::RawJobRow => {
             "WITH d AS MATERIALIZED (SELECT set_config('conveyor.defer_notify', 'on', true)) \
-             INSERT INTO conveyor.jobs (task, queue) SELECT 'noop', 'bench_pgbench' FROM d;\n"
+             INSERT INTO conveyor.job_rows (task, queue) SELECT 'noop', 'bench_pgbench' FROM d;\n"
         }
     };
     std::fs::write(&script, sql)?;

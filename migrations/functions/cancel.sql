@@ -11,7 +11,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     j conveyor.jobs;
 BEGIN
-    SELECT * INTO j FROM conveyor.jobs WHERE id = job FOR UPDATE;
+    -- A job its claim holds (migration V12) gets a stored row of its own
+    -- first, so the row locked below says what the job is.
+    PERFORM conveyor_internal.settle_claims(ARRAY[job]);
+    SELECT * INTO j FROM conveyor.job_rows WHERE id = job FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;

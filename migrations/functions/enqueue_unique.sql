@@ -23,7 +23,7 @@ BEGIN
         LOOP
             PERFORM conveyor_internal.insert_job_specs(
                 jsonb_build_array(spec || jsonb_build_object('unique_key', k)), NULL);
-            RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs_unfinished j WHERE j.id = new_id;
+            RETURN QUERY SELECT j.id, j.state, true FROM conveyor.active_jobs j WHERE j.id = new_id;
             IF FOUND THEN
                 RETURN;
             END IF;
@@ -50,7 +50,7 @@ BEGIN
     END IF;
     PERFORM conveyor_internal.insert_job_specs(jsonb_build_array(
         spec || jsonb_build_object('unique_key', k, 'unique_until', now() + ttl)), NULL);
-    RETURN QUERY SELECT j.id, j.state, true FROM conveyor.jobs_unfinished j WHERE j.id = new_id;
+    RETURN QUERY SELECT j.id, j.state, true FROM conveyor.active_jobs j WHERE j.id = new_id;
 END
 $$;
 

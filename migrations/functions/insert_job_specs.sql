@@ -10,7 +10,7 @@
 -- looks for the job that holds it.
 CREATE OR REPLACE FUNCTION conveyor_internal.insert_job_specs(specs jsonb, input jsonb) RETURNS void
 LANGUAGE sql AS $$
-    INSERT INTO conveyor.jobs
+    INSERT INTO conveyor.job_rows
         (id, queue, task, args, headers, state, priority, run_at, max_retries,
          retry_backoff_base, timeout, workflow_id, workflow_index, on_success, on_error,
          unique_key, unique_until)

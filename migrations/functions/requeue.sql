@@ -25,7 +25,7 @@ BEGIN
     -- condition of the DELETE runs `held` to its end before the DELETE takes
     -- any row.
     held AS MATERIALIZED (
-        SELECT id FROM conveyor.jobs
+        SELECT id FROM conveyor.job_rows
         WHERE id = ANY(ARRAY(SELECT id FROM candidates)) AND state IN ('failure', 'cancelled')
         ORDER BY id
         FOR UPDATE
@@ -34,7 +34,7 @@ BEGIN
     -- V8), whose insert triggers give each job its ready-ring row and wake
     -- the workers of its queue.
     taken AS (
-        DELETE FROM conveyor.jobs
+        DELETE FROM conveyor.job_rows
         WHERE (SELECT count(*) FROM held) >= 0
           AND id = ANY(ARRAY(SELECT id FROM candidates)) AND state IN ('failure', 'cancelled')
         RETURNING *

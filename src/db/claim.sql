@@ -30,7 +30,9 @@ WITH room AS (
                coalesce($7::int, $3::bigint),
                CASE WHEN $6::int IS NULL THEN $3::bigint
                     ELSE $6::int - (SELECT count(*) FROM conveyor.jobs_unfinished
-                                    WHERE state = 'started' AND queue = $1) END)) AS n
+                                    WHERE state = 'started' AND queue = $1)
+                                 - (SELECT coalesce(sum(jobs_left), 0) FROM conveyor.claims
+                                    WHERE queue = $1) END)) AS n
 ),
 picked AS (
     SELECT slot, ctid FROM conveyor.ready
@@ -41,17 +43,32 @@ picked AS (
     LIMIT (SELECT n FROM room)
     FOR UPDATE SKIP LOCKED
 ),
-{delete_picked}
-UPDATE conveyor.jobs_unfinished j
-SET state = 'started',
-    -- (Saturating: a hand-written attempt of 2^31 - 1 must not fail the claim.)
-    attempt = least(j.attempt, 2147483646) + 1,
-    -- A fresh fencing token, one per statement (an InitPlan: nextval runs
-    -- once, not per row): a job is claimed at most once per statement, so
-    -- (id, lease_token) never repeats (see the sequence conveyor.lease_tokens).
-    lease_token = (SELECT nextval('conveyor.lease_tokens')),
-    started_at = now(),
-    lease_expires_at = now() + make_interval(secs => $4),
-    worker_id = $5
-WHERE j.id = ANY(ARRAY(SELECT job_id FROM taken)) AND j.state = 'pending'
-RETURNING {job_columns}
+{delete_picked},
+-- The claim writes one row, in conveyor.claims, and leaves the jobs' rows
+-- as they are (pending on disk; migration V12): the claims row, with a
+-- fresh fencing token (one nextval per statement), is what makes them
+-- started. Jobs whose row is no longer pending (cancelled while this claim
+-- held the ring row) are left out.
+token AS (
+    SELECT nextval('conveyor.lease_tokens') AS t
+),
+claimed AS (
+    SELECT j.id, j.queue, j.task, j.args, j.headers, 'started'::text AS state, j.priority, j.run_at,
+           -- (Saturating: a hand-written attempt of 2^31 - 1 must not fail the claim.)
+           least(j.attempt, 2147483646) + 1 AS attempt,
+           j.max_retries, j.retry_backoff_base, j.retry_backoff, j.timeout,
+           now() + make_interval(secs => $4) AS lease_expires_at, $5::text AS worker_id,
+           j.result, j.last_error, j.errors, j.created_at, now() AS started_at, j.finished_at,
+           j.workflow_id, j.workflow_index, j.on_success, j.on_error,
+           (SELECT t FROM token) AS lease_token
+    FROM conveyor.jobs_unfinished j
+    WHERE j.id = ANY(ARRAY(SELECT job_id FROM taken)) AND j.state = 'pending'
+),
+held AS (
+    INSERT INTO conveyor.claims (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+    SELECT (SELECT t FROM token), $1, $5, now(), now() + make_interval(secs => $4), array_agg(id), count(*)
+    FROM claimed
+    HAVING count(*) > 0
+)
+SELECT {job_columns}
+FROM claimed j

@@ -25,7 +25,9 @@ WITH room AS (
                coalesce($7::int, $3::bigint),
                CASE WHEN $6::int IS NULL THEN $3::bigint
                     ELSE $6::int - (SELECT count(*) FROM conveyor.jobs_unfinished
-                                    WHERE state = 'started' AND queue = $1) END)) AS n
+                                    WHERE state = 'started' AND queue = $1)
+                                 - (SELECT coalesce(sum(jobs_left), 0) FROM conveyor.claims
+                                    WHERE queue = $1) END)) AS n
 ),
 now_slot AS (
     SELECT conveyor_internal.ready_slot() AS slot,
@@ -37,18 +39,32 @@ cand AS (
     ORDER BY np, run_at, job_id
     LIMIT (SELECT n FROM room)
 ),
-{lock_and_take}
-UPDATE conveyor.jobs_unfinished j
-SET state = 'started',
-    attempt = least(j.attempt, 2147483646) + 1,
-    lease_token = (SELECT nextval('conveyor.lease_tokens')),
-    started_at = now(),
-    lease_expires_at = now() + make_interval(secs => $4),
-    worker_id = $5
-WHERE j.id = ANY(ARRAY(SELECT job_id FROM taken)) AND j.state = 'pending'
-RETURNING {job_columns},
+{lock_and_take},
+-- As in claim.sql: one conveyor.claims row, the jobs' rows left pending.
+token AS (
+    SELECT nextval('conveyor.lease_tokens') AS t
+),
+claimed AS (
+    SELECT j.id, j.queue, j.task, j.args, j.headers, 'started'::text AS state, j.priority, j.run_at,
+           least(j.attempt, 2147483646) + 1 AS attempt,
+           j.max_retries, j.retry_backoff_base, j.retry_backoff, j.timeout,
+           now() + make_interval(secs => $4) AS lease_expires_at, $5::text AS worker_id,
+           j.result, j.last_error, j.errors, j.created_at, now() AS started_at, j.finished_at,
+           j.workflow_id, j.workflow_index, j.on_success, j.on_error,
+           (SELECT t FROM token) AS lease_token
+    FROM conveyor.jobs_unfinished j
+    WHERE j.id = ANY(ARRAY(SELECT job_id FROM taken)) AND j.state = 'pending'
+),
+held AS (
+    INSERT INTO conveyor.claims (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+    SELECT (SELECT t FROM token), $1, $5, now(), now() + make_interval(secs => $4), array_agg(id), count(*)
+    FROM claimed
+    HAVING count(*) > 0
+)
+SELECT {job_columns},
     (SELECT coalesce(jsonb_agg(f), '[]') FROM (
         SELECT DISTINCT ON (slot) slot, np, run_at, job_id FROM taken
         WHERE slot <> (SELECT slot FROM now_slot)
         ORDER BY slot, np DESC, run_at DESC, job_id DESC) AS f) AS floors,
     (SELECT second FROM now_slot) AS floors_second
+FROM claimed j

@@ -11,7 +11,7 @@
 -- (docs/decisions/2026-11-25-lock-order.md). A job that exists in this
 -- statement's snapshot but was not locked is busy.
 WITH locked AS MATERIALIZED (
-    SELECT id FROM conveyor.jobs WHERE id = ANY($1::uuid[])
+    SELECT id FROM conveyor.job_rows WHERE id = ANY($1::uuid[])
     ORDER BY id
     FOR UPDATE SKIP LOCKED
 ),

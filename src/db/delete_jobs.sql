@@ -9,13 +9,17 @@
 -- could deadlock with a claim, which locks its rows in its plan's order
 -- (docs/decisions/2026-11-25-lock-order.md). A job not running in this
 -- statement's snapshot but not locked is busy.
+--
+-- The caller settles these jobs' claims first, in the same transaction
+-- (conveyor_internal.settle_claims, migration V12): the stored rows then say
+-- which jobs run.
 WITH locked AS MATERIALIZED (
-    SELECT id FROM conveyor.jobs WHERE id = ANY($1::uuid[]) AND state <> 'started'
+    SELECT id FROM conveyor.job_rows WHERE id = ANY($1::uuid[]) AND state <> 'started'
     ORDER BY id
     FOR UPDATE SKIP LOCKED
 ),
 deleted AS (
-    DELETE FROM conveyor.jobs
+    DELETE FROM conveyor.job_rows
     WHERE id = ANY(ARRAY(SELECT id FROM locked)) AND state <> 'started'
     RETURNING 1
 )

@@ -16,8 +16,35 @@
 -- the next beat.) The outcome batch (complete.sql) locks its jobs in
 -- whatever order its plan meets them; this statement no longer waits for
 -- them (docs/decisions/2026-11-25-lock-order.md).
+--
+-- Jobs held in their claim's row (pending on disk, migration V12) are renewed
+-- with it: one update per claim, whatever its number of jobs. A claim row
+-- locked right now (an outcome batch counting it down, the rescuer) is
+-- skipped like a job row, and its jobs answered as busy.
 WITH lease AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS r(id, lease_token)
+),
+claim_held AS MATERIALIZED (
+    SELECT c.lease_token
+    FROM conveyor.claims c
+    WHERE c.lease_token = ANY($2::bigint[])
+    ORDER BY c.lease_token
+    FOR NO KEY UPDATE OF c SKIP LOCKED
+),
+claim_renewed AS (
+    UPDATE conveyor.claims c
+    SET lease_expires_at = now() + make_interval(secs => $3)
+    WHERE c.lease_token = ANY(ARRAY(SELECT lease_token FROM claim_held))
+    RETURNING c.lease_token
+),
+-- Jobs their claim's row holds, in this statement's snapshot.
+in_claim AS (
+    SELECT j.id, r.lease_token
+    FROM conveyor.jobs_unfinished j
+    JOIN lease r ON r.id = j.id
+    WHERE j.id = ANY($1::uuid[]) AND j.state = 'pending'
+      AND r.lease_token > coalesce(j.lease_token, 0)
+      AND r.lease_token IN (SELECT lease_token FROM conveyor.claims WHERE lease_token = ANY($2::bigint[]))
 ),
 held AS MATERIALIZED (
     SELECT j.id
@@ -48,3 +75,7 @@ SELECT id, lease_token, cancel, false AS busy FROM renewed
 UNION ALL
 SELECT id, lease_token, cancel, true AS busy FROM present
 WHERE id NOT IN (SELECT id FROM renewed)
+UNION ALL
+SELECT id, lease_token, false AS cancel,
+       lease_token NOT IN (SELECT lease_token FROM claim_renewed) AS busy
+FROM in_claim

@@ -151,12 +151,20 @@ pub(crate) async fn enqueued_jobs<'e>(
 /// after it, each statement waiting for that row alone (see
 /// `delete_jobs.sql`).
 pub(crate) async fn delete_jobs(pool: &PgPool, q: &Queries, ids: &[JobId]) -> Result<u64> {
+    let mut tx = pool.begin_with(super::BEGIN).await?;
+    // Claimed jobs get stored rows of their own first (migration V12), so
+    // the statement below sees which jobs run.
+    sqlx::query(q.settle_claims)
+        .bind(ids)
+        .execute(q.on(&mut *tx))
+        .await?;
     let (deleted, busy): (i64, Vec<JobId>) = sqlx::query_as(q.delete_jobs)
         // Planned with the actual array each time (see the note above `Queries`).
         .persistent(false)
         .bind(ids)
-        .fetch_one(q.on(pool))
+        .fetch_one(q.on(&mut *tx))
         .await?;
+    tx.commit().await?;
     let mut deleted = u64::try_from(deleted).unwrap_or_default();
     for id in busy {
         deleted += sqlx::query(q.delete_job)

@@ -60,6 +60,8 @@ keys AS (
 names AS (
     SELECT queue FROM waiting WHERE queue IS NOT NULL
     UNION SELECT queue FROM running WHERE queue IS NOT NULL
+    -- Jobs held in their claim's row (migration V12).
+    UNION SELECT queue FROM conveyor.claims WHERE jobs_left > 0
     UNION SELECT queue FROM keys
     UNION SELECT name FROM conveyor.queues
 ),
@@ -88,10 +90,12 @@ CROSS JOIN LATERAL (
           LIMIT (SELECT n FROM cap)) AS x
 ) AS w
 CROSS JOIN LATERAL (
-    SELECT count(*) AS started FROM (
-        SELECT FROM conveyor.jobs_unfinished j
-        WHERE j.queue = q.queue AND j.state = 'started'
-        LIMIT (SELECT n FROM cap)) AS x
+    SELECT least((SELECT n FROM cap), count(*)
+                 + (SELECT coalesce(sum(c.jobs_left), 0) FROM conveyor.claims c
+                    WHERE c.queue = q.queue)) AS started
+    FROM (SELECT FROM conveyor.jobs_unfinished j
+          WHERE j.queue = q.queue AND j.state = 'started'
+          LIMIT (SELECT n FROM cap)) AS x
 ) AS s
 CROSS JOIN LATERAL (
     SELECT count(DISTINCT x.job_id) FILTER (WHERE x.pending) AS pending, count(*) AS seen

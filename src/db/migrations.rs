@@ -38,6 +38,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/cancel.sql"),
     ),
     (
+        "claims_done",
+        include_str!("../../migrations/functions/claims_done.sql"),
+    ),
+    (
         "count_enqueued",
         include_str!("../../migrations/functions/count_enqueued.sql"),
     ),
@@ -90,6 +94,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/insert_job_specs.sql"),
     ),
     (
+        "jobs_view_write",
+        include_str!("../../migrations/functions/jobs_view_write.sql"),
+    ),
+    (
         "notify_job_ready",
         include_str!("../../migrations/functions/notify_job_ready.sql"),
     ),
@@ -140,6 +148,14 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
     (
         "set_queue_rate_limit",
         include_str!("../../migrations/functions/set_queue_rate_limit.sql"),
+    ),
+    (
+        "settle_claims",
+        include_str!("../../migrations/functions/settle_claims.sql"),
+    ),
+    (
+        "settle_expired_claims",
+        include_str!("../../migrations/functions/settle_expired_claims.sql"),
     ),
     (
         "spawn",

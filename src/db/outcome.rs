@@ -221,6 +221,12 @@ pub(crate) async fn release(
     let ids: Vec<JobId> = leases.iter().map(|l| l.0).collect();
     let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
     let mut tx = pool.begin_with(super::BEGIN).await?;
+    // Jobs held in their claim's row get stored rows of their own first
+    // (migration V12), which the release statement reads.
+    sqlx::query(q.settle_claims)
+        .bind(&ids)
+        .execute(q.on(&mut *tx))
+        .await?;
     let row = sqlx::query(q.release)
         // Planned with the actual arrays each time (see the note above `Queries`).
         .persistent(false)

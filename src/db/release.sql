@@ -19,7 +19,10 @@ back AS (
         state = 'pending',
         attempt = greatest(j.attempt - 1, 0),
         lease_expires_at = NULL,
-        lease_token = NULL,
+        -- The claim ended without its worker. A fresh token, above the claim's:
+        -- a job pending on disk counts as held by any claim with a higher
+        -- token that lists it (migration V12), so the old claim must not.
+        lease_token = (SELECT nextval('conveyor.lease_tokens')),
         worker_id = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM held WHERE NOT cancel))
     RETURNING j.id, j.queue, j.task, j.state, false AS follow_up
@@ -37,7 +40,9 @@ ended AS (
         now() AS finished_at,
         j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.cancel_requested_at,
         j.unique_key, j.unique_until,
-        NULL::bigint AS lease_token
+        -- (A fresh token here too: re-queued later, the job must not count as
+        -- held by the claim that lost it.)
+        (SELECT nextval('conveyor.lease_tokens')) AS lease_token
 ),
 into_cancelled AS (
     INSERT INTO conveyor.jobs_cancelled SELECT * FROM ended

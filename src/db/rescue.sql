@@ -25,8 +25,10 @@ again AS (
             'worker_id', j.worker_id)),
         run_at = now(),
         lease_expires_at = NULL,
-        -- The claim ended without its worker: its token no longer counts.
-        lease_token = NULL,
+        -- The claim ended without its worker. A fresh token, above the claim's:
+        -- a job pending on disk counts as held by any claim with a higher
+        -- token that lists it (migration V12), so the old claim must not.
+        lease_token = (SELECT nextval('conveyor.lease_tokens')),
         worker_id = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired WHERE new_state = 'pending'))
     RETURNING j.id, j.queue, j.task, j.state, false AS follow_up
@@ -51,7 +53,9 @@ ended AS (
         now() AS finished_at,
         j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.cancel_requested_at,
         j.unique_key, j.unique_until,
-        NULL::bigint AS lease_token
+        -- (A fresh token here too: re-queued later, the job must not count as
+        -- held by the claim that lost it.)
+        (SELECT nextval('conveyor.lease_tokens')) AS lease_token
 ),
 into_failure AS (
     INSERT INTO conveyor.jobs_failure SELECT * FROM ended WHERE state = 'failure'

@@ -447,7 +447,7 @@ async fn claiming_reads_only_the_ready_ring_whatever_the_history() {
          SELECT 'add', 'scheduled', now() + interval '1 day' FROM generate_series(1, 50000);
          INSERT INTO conveyor.jobs (task, args)
          SELECT 'add', '{\"a\": 1, \"b\": 1}' FROM generate_series(1, 10);
-         ANALYZE conveyor.jobs;",
+         ANALYZE conveyor.job_rows;",
     )
     .execute(&db.pool)
     .await

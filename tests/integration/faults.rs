@@ -295,7 +295,10 @@ async fn bad_rows_get_a_clear_outcome_and_the_worker_keeps_serving() {
     // (The state is the partition key: a value no partition takes is refused
     // as such, before the CHECK constraint is reached. Migration V8.)
     let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'running')").await;
-    assert!(msg.contains("no partition of relation \"jobs\""), "{msg}");
+    assert!(
+        msg.contains("no partition of relation \"job_rows\""),
+        "{msg}"
+    );
     // A finished job without finished_at (NULL goes to the default partition).
     let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'success')").await;
     assert!(msg.contains("jobs_success_default_finished_check"), "{msg}");

@@ -12,10 +12,12 @@ use crate::common::{TestDb, WAIT, count_jobs, eventually, futures_join_all, wait
 /// Transactions that inserted the `echo` jobs: rows written by one
 /// transaction share its xmin.
 async fn inserting_transactions(db: &TestDb) -> i64 {
-    sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM conveyor.jobs WHERE task = 'echo'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT xmin::text) FROM conveyor.job_rows WHERE task = 'echo'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
 }
 
 /// Starts `calls` concurrent enqueues (`job(i)` for call `i`) while inserts

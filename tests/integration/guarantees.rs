@@ -252,13 +252,15 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
         })
         .start()
         .unwrap();
+    // One job at a time, so each is its own claim (migration V12): a claim's
+    // row renews all its jobs at once, and a transaction holding it (as
+    // settling one of its jobs does, until it commits) makes them all busy.
     let mut jobs = Vec::new();
     for _ in 0..2 {
         let job = db.client.enqueue(NewJob::new("long", json!({}))).await;
         jobs.push(job.unwrap());
+        started(&started_sem).await;
     }
-    started(&started_sem).await;
-    started(&started_sem).await;
     let expiry = |id| {
         let pool = db.pool.clone();
         async move {
@@ -285,8 +287,15 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
         .await;
     };
     beat(expiry(free).await).await;
+    // As conveyor.cancel() does: the job's claim settled (its row now says
+    // started, migration V12), then its row locked.
     let mut tx = db.pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM conveyor.jobs WHERE id = $1 FOR UPDATE")
+    sqlx::query("SELECT conveyor_internal.settle_claims(ARRAY[$1])")
+        .bind(locked)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM conveyor.job_rows WHERE id = $1 FOR UPDATE")
         .bind(locked)
         .execute(&mut *tx)
         .await
@@ -779,7 +788,7 @@ async fn an_outcome_postgres_refuses_fails_alone_and_its_batch_is_stored() {
     sqlx::raw_sql(
         r#"CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN RAISE EXCEPTION 'no success for %', NEW.args; END $$;
-           CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON conveyor.jobs FOR EACH ROW
+           CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON conveyor.job_rows FOR EACH ROW
            WHEN (NEW.state = 'success' AND NEW.args = '"refuse me"') EXECUTE FUNCTION refuse();"#,
     )
     .execute(&db.pool)

@@ -24,7 +24,7 @@ fn start(db: &TestDb) -> WorkerHandle {
 
 /// The table a job's row is in.
 async fn table_of(pool: &PgPool, id: uuid::Uuid) -> String {
-    sqlx::query_scalar("SELECT tableoid::regclass::text FROM conveyor.jobs WHERE id = $1")
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM conveyor.job_rows WHERE id = $1")
         .bind(id)
         .fetch_one(pool)
         .await
@@ -298,12 +298,15 @@ async fn migration_v8_keeps_every_job_and_the_queue_runs_on() {
     .unwrap();
     let rows = "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY id), '[]') FROM conveyor.jobs j";
     let before: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
-    assert_eq!(conveyor::migrate(pool).await.unwrap(), vec![8, 9, 10, 11]);
+    assert_eq!(
+        conveyor::migrate(pool).await.unwrap(),
+        vec![8, 9, 10, 11, 12]
+    );
     let after: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
     assert_eq!(before, after, "every column of every job");
     let today = day(pool, 0).await;
     let tables: Vec<String> =
-        sqlx::query_scalar("SELECT tableoid::regclass::text FROM conveyor.jobs ORDER BY 1")
+        sqlx::query_scalar("SELECT tableoid::regclass::text FROM conveyor.job_rows ORDER BY 1")
             .fetch_all(pool)
             .await
             .unwrap();

@@ -194,16 +194,16 @@ async fn leases_are_renewed_while_a_job_runs() {
         (lease > first).then_some(())
     })
     .await;
-    // Renewals change no indexed column, so they are HOT updates (one row
-    // version on the same page, no index entry; migration V4) of
-    // conveyor.jobs_unfinished (migration V8): claims and
-    // outcomes change `state` and never are, so any HOT update here is a
-    // renewal. (The server's statistics reach the view within a second or
-    // so of the worker's transactions.)
+    // The job is held in its claim's row (migration V12), whose renewals
+    // change no indexed column: HOT updates of conveyor.claims (one row
+    // version on the same page, no index entry). Outcomes delete claims or
+    // count them down, once per batch: three HOT updates mean renewals. (The
+    // server's statistics reach the view within a second or so of the
+    // worker's transactions.)
     eventually(WAIT, "lease renewals are HOT updates", || async {
         let hot: i64 = sqlx::query_scalar(
             "SELECT n_tup_hot_upd FROM pg_stat_user_tables
-             WHERE schemaname = 'conveyor' AND relname = 'jobs_unfinished'",
+             WHERE schemaname = 'conveyor' AND relname = 'claims'",
         )
         .fetch_one(&db.pool)
         .await

@@ -53,6 +53,11 @@ struct Job {
     attempt: i32,
     max_retries: i32,
     token: Option<i64>,
+    /// After a claim ended without its worker (rescue, release): the job
+    /// holds a fresh token above this one, the lost claim's (migration
+    /// V12: a job pending on disk counts as held by any claim with a
+    /// higher token that lists it, so the lost one must not).
+    token_above: Option<i64>,
     cancel_requested: bool,
     has_result: bool,
     errors: usize,
@@ -170,8 +175,14 @@ impl Run {
                 "{at}: finished_at iff final"
             );
             // Set by a claim, kept with the outcome its worker wrote,
-            // cleared when the claim ended without its worker.
-            assert_eq!(token, job.token, "{at}: job {id} lease_token");
+            // replaced by a fresh one when the claim ended without its worker.
+            match (job.token, job.token_above) {
+                (None, Some(lost)) => assert!(
+                    token.is_some_and(|t| t > lost),
+                    "{at}: job {id} lease_token {token:?} not above the lost claim's {lost}"
+                ),
+                _ => assert_eq!(token, job.token, "{at}: job {id} lease_token"),
+            }
         }
         // The ready ring holds exactly the pending jobs, each once, with the
         // claim-order columns of its job (steps run one at a time, so no

@@ -137,7 +137,7 @@ async fn the_overview_counts_what_the_table_holds() {
     )
     .await;
     db.client.pause_queue("idle").await.unwrap();
-    sqlx::query("ANALYZE conveyor.jobs")
+    sqlx::query("ANALYZE conveyor.job_rows")
         .execute(&db.pool)
         .await
         .unwrap();

@@ -1,0 +1,27 @@
+-- Counts down claims (conveyor.claims) by the jobs a statement took out of
+-- them: tokens[i] no longer holds counts[i] of its jobs (they finished, were
+-- retried, or were settled as started rows of their own). A claim whose
+-- count reaches 0 holds nothing and is deleted. Called by the outcome
+-- statement (complete.sql) and conveyor_internal.settle_claims(); returns
+-- the claims touched.
+CREATE OR REPLACE FUNCTION conveyor_internal.claims_done(tokens bigint[], counts integer[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF tokens IS NULL THEN
+        RETURN 0;
+    END IF;
+    FOR i IN 1 .. cardinality(tokens) LOOP
+        -- One write per claim: the row's last jobs delete it.
+        DELETE FROM conveyor.claims WHERE lease_token = tokens[i] AND jobs_left <= counts[i];
+        IF NOT FOUND THEN
+            UPDATE conveyor.claims SET jobs_left = greatest(jobs_left - counts[i], 0)
+            WHERE lease_token = tokens[i];
+        END IF;
+    END LOOP;
+    RETURN cardinality(tokens);
+END
+$$;
+
+COMMENT ON FUNCTION conveyor_internal.claims_done(bigint[], integer[]) IS
+    'Internal. Counts claims down by jobs they no longer hold; deletes a claim that holds none.';
