@@ -130,6 +130,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/requeue.sql"),
     ),
     (
+        "record_outcomes",
+        include_str!("../../migrations/functions/record_outcomes.sql"),
+    ),
+    (
         "resume_queue",
         include_str!("../../migrations/functions/resume_queue.sql"),
     ),

@@ -69,9 +69,8 @@ pub(crate) async fn complete<'e>(
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
     let retry_in: Vec<Option<f64>> = outcomes.iter().map(|o| o.retry_in_secs).collect();
     let waits: Vec<Option<f64>> = outcomes.iter().map(|o| o.wait_ms).collect();
+    // (A prepared call: the function keeps its own plan, see complete.sql.)
     let row = sqlx::query(q.complete)
-        // Planned with the actual arrays each time (see the note above `Queries`).
-        .persistent(false)
         .bind(&ids)
         .bind(&tokens)
         .bind(&states)
