@@ -147,13 +147,16 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let seen = counter.seen();
         let (table, indexes) = db.sizes().await?;
         let dead: i64 =
-            // Summed over the leaves: since V8 conveyor.jobs is partitioned,
-            // and a partitioned table's own counter stays 0.
+            // Summed over the leaves: since V8 the stored jobs are partitioned
+            // (conveyor.job_rows since V12), and a partitioned table's own
+            // counter stays 0; the claims' rows (V12) count too.
             sqlx::query_scalar(
                 "SELECT coalesce(sum(pg_stat_get_dead_tuples(relid)), 0)::bigint FROM (
-                     SELECT relid FROM pg_partition_tree('conveyor.jobs') WHERE isleaf
+                     SELECT relid FROM pg_partition_tree('conveyor.job_rows') WHERE isleaf
                      UNION ALL
-                     SELECT relid FROM pg_partition_tree('conveyor.ready') WHERE isleaf) AS t",
+                     SELECT relid FROM pg_partition_tree('conveyor.ready') WHERE isleaf
+                     UNION ALL
+                     SELECT 'conveyor.claims'::regclass) AS t",
             )
                 .fetch_one(&db.pool)
                 .await?;
