@@ -126,12 +126,12 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/rebuild_ready.sql"),
     ),
     (
-        "requeue",
-        include_str!("../../migrations/functions/requeue.sql"),
-    ),
-    (
         "record_outcomes",
         include_str!("../../migrations/functions/record_outcomes.sql"),
+    ),
+    (
+        "requeue",
+        include_str!("../../migrations/functions/requeue.sql"),
     ),
     (
         "resume_queue",
