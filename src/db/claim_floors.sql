@@ -40,27 +40,8 @@ cand AS (
     LIMIT (SELECT n FROM room)
 ),
 {lock_and_take},
--- As in claim.sql: one conveyor.claims row, the jobs' rows left pending.
-token AS (
-    SELECT nextval('conveyor.lease_tokens') AS t
-),
-claimed AS (
-    SELECT j.id, j.queue, j.task, j.args, j.headers, 'started'::text AS state, j.priority, j.run_at,
-           least(j.attempt, 2147483646) + 1 AS attempt,
-           j.max_retries, j.retry_backoff_base, j.retry_backoff, j.timeout,
-           now() + make_interval(secs => $4) AS lease_expires_at, $5::text AS worker_id,
-           j.result, j.last_error, j.errors, j.created_at, now() AS started_at, j.finished_at,
-           j.workflow_id, j.workflow_index, j.on_success, j.on_error,
-           (SELECT t FROM token) AS lease_token
-    FROM conveyor.jobs_unfinished j
-    WHERE j.id = ANY(ARRAY(SELECT job_id FROM taken)) AND j.state = 'pending'
-),
-held AS (
-    INSERT INTO conveyor.claims (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-    SELECT (SELECT t FROM token), $1, $5, now(), now() + make_interval(secs => $4), array_agg(id), count(*)
-    FROM claimed
-    HAVING count(*) > 0
-)
+-- One conveyor.claims row, the jobs' rows left pending: claim_rows.sql.
+{claim_rows}
 SELECT {job_columns},
     (SELECT coalesce(jsonb_agg(f), '[]') FROM (
         SELECT DISTINCT ON (slot) slot, np, run_at, job_id FROM taken

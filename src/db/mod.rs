@@ -219,6 +219,7 @@ impl Queries {
             return queries;
         }
         let columns = include_str!("job_columns.sql").trim();
+        let claim_rows = include_str!("claim_rows.sql").trim_end();
         let (delete_picked, candidates, lock_and_take) = (
             ring::delete_picked(),
             ring::candidates(),
@@ -226,6 +227,7 @@ impl Queries {
         );
         let load = |sql: &str| {
             let sql = sql
+                .replace("{claim_rows}", claim_rows)
                 .replace("{job_columns}", columns)
                 .replace("{delete_picked}", &delete_picked)
                 .replace("{candidates}", &candidates)
