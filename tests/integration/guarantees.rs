@@ -819,3 +819,83 @@ async fn an_outcome_postgres_refuses_fails_alone_and_its_batch_is_stored() {
     assert_eq!(worker.health().leases_lost, 0);
     worker.shutdown(WAIT).await.unwrap();
 }
+
+/// Migration V12: a claim no longer writes the job's row, so a cancel can no
+/// longer meet the claim there; it settles the job's claim first, waiting on
+/// the ring row a claim in flight holds. Cancels chase the claims' front
+/// through a backlog: every job whose cancel answered `cancelled` (it was
+/// still pending) must never have run.
+#[tokio::test]
+async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
+    let db = TestDb::new().await;
+    let ran: Arc<Mutex<std::collections::HashSet<conveyor::JobId>>> = Arc::default();
+    let seen = ran.clone();
+    let jobs: Vec<NewJob> = (0..3_000)
+        .map(|_| NewJob::new("quick", json!({})))
+        .collect();
+    let ids: Vec<conveyor::JobId> = db
+        .client
+        .enqueue_many(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.id())
+        .collect();
+    let worker = Worker::builder(&db.client)
+        .concurrency(20)
+        .register_fn("quick", move |ctx, _| {
+            seen.lock().unwrap().insert(ctx.job_id());
+            // (A little work, so the cancels keep pace with the claims.)
+            async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok(Value::Null)
+            }
+        })
+        .start()
+        .unwrap();
+    // Four cancellers over the backlog from its end, each every fourth job:
+    // they meet the claims' front somewhere in the middle.
+    let mut cancellers = Vec::new();
+    for k in 0..4 {
+        let client = db.client.clone();
+        let mine: Vec<conveyor::JobId> = ids.iter().rev().skip(k).step_by(4).copied().collect();
+        cancellers.push(tokio::spawn(async move {
+            let mut at_once = Vec::new();
+            for id in mine {
+                if client.cancel(id).await.unwrap() == JobState::Cancelled {
+                    at_once.push(id);
+                }
+            }
+            at_once
+        }));
+    }
+    let mut cancelled = Vec::new();
+    for c in cancellers {
+        cancelled.extend(c.await.unwrap());
+    }
+    eventually(WAIT * 3, "every job finished", || async {
+        (count_jobs(&db.pool, "state NOT IN ('success', 'failure', 'cancelled')").await == 0)
+            .then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+    let ran = ran.lock().unwrap();
+    let both: Vec<_> = cancelled.iter().filter(|id| ran.contains(id)).collect();
+    assert!(
+        both.is_empty(),
+        "{} of {} jobs cancelled while pending ran anyway: {both:?}",
+        both.len(),
+        cancelled.len()
+    );
+    assert!(
+        !cancelled.is_empty() && !ran.is_empty(),
+        "the race was not run: {} cancelled at once, {} ran",
+        cancelled.len(),
+        ran.len()
+    );
+    eprintln!(
+        "cancels racing claims: {} cancelled at once, {} ran, none both",
+        cancelled.len(),
+        ran.len()
+    );
+}
