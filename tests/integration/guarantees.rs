@@ -830,7 +830,7 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
     let db = TestDb::new().await;
     let ran: Arc<Mutex<std::collections::HashSet<conveyor::JobId>>> = Arc::default();
     let seen = ran.clone();
-    let jobs: Vec<NewJob> = (0..3_000)
+    let jobs: Vec<NewJob> = (0..5_000)
         .map(|_| NewJob::new("quick", json!({})))
         .collect();
     let ids: Vec<conveyor::JobId> = db
