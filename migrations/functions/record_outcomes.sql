@@ -154,12 +154,16 @@ BEGIN
     ),
     claims_left AS (
         -- The claims' rows count the jobs they still hold: down by those this
-        -- statement ended or retried (the row is deleted at 0).
+        -- statement ended or retried (the row is deleted at 0). Each job
+        -- once, however often the batch names it: counted down too far, a
+        -- claim would be deleted while it still holds jobs stored as
+        -- pending, which no claim and no ring row would then bring back.
         SELECT conveyor_internal.claims_done(array_agg(lease_token), array_agg(n)) AS claims
-        FROM (SELECT lease_token, count(*)::int AS n
-              FROM (SELECT lease_token FROM ended WHERE in_claim
+        FROM (SELECT lease_token, count(DISTINCT id)::int AS n
+              FROM (SELECT id, lease_token FROM ended WHERE in_claim
                     UNION ALL
-                    SELECT r.lease_token FROM retried r JOIN to_retry t ON t.id = r.id WHERE t.in_claim) AS h
+                    SELECT r.id, r.lease_token FROM retried r
+                    WHERE r.id IN (SELECT id FROM to_retry WHERE in_claim)) AS h
               GROUP BY lease_token) AS d
     ),
     updated AS (

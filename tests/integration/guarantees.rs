@@ -899,3 +899,68 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
         ran.len()
     );
 }
+
+/// Migration V12: a claim counts the jobs it still holds and is deleted at
+/// 0. An outcome batch that names one job twice must count it once: counted
+/// twice, the claim went while it still held the other job, stored as
+/// pending with no ring row, which nothing would then run or rescue.
+#[tokio::test]
+async fn an_outcome_batch_naming_a_job_twice_counts_its_claim_down_once() {
+    let db = TestDb::new().await;
+    let ids: Vec<conveyor::JobId> = db
+        .client
+        .enqueue_many(vec![
+            NewJob::new("t", json!({})),
+            NewJob::new("t", json!({})),
+        ])
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.id())
+        .collect();
+    // A claim of both, as claim.sql makes it: ring rows gone, one claims row.
+    let token: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
+         INSERT INTO conveyor.claims
+             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
+                 now() + interval '1 minute', $1, 2)
+         RETURNING lease_token",
+    )
+    .bind(&ids)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // The first job's retry, twice in one batch.
+    sqlx::query(
+        "SELECT * FROM conveyor_internal.record_outcomes($1, $2, '{retry,retry}',
+             '{NULL,NULL}', '{boom,boom}', '{60,60}', '{1,1}')",
+    )
+    .bind(vec![ids[0], ids[0]])
+    .bind(vec![token, token])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let states: Vec<(conveyor::JobId, String)> =
+        sqlx::query_as("SELECT id, state FROM conveyor.jobs WHERE id = ANY($1) ORDER BY id")
+            .bind(&ids)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let mut expected = vec![
+        (ids[0], "retry".to_string()),
+        (ids[1], "started".to_string()),
+    ];
+    expected.sort();
+    assert_eq!(
+        states, expected,
+        "the second job is still held by its claim"
+    );
+    let left: Option<i32> =
+        sqlx::query_scalar("SELECT jobs_left FROM conveyor.claims WHERE lease_token = $1")
+            .bind(token)
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, Some(1));
+}
