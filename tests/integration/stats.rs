@@ -195,3 +195,85 @@ async fn past_minutes_shards_are_folded_into_one_row_with_the_same_sums() {
     );
     assert_eq!(c.stats(&every_minute).await.unwrap(), before, "same sums");
 }
+
+/// `conveyor_internal.count_outcomes()` adds what a plain count gives
+/// (`conveyor_internal.histogram()` for the histograms), for random batches:
+/// several queues and tasks per batch, every state, NULL queues, tasks and
+/// times, times on bucket bounds, below the first and far above the last,
+/// and batches that upsert rows earlier ones made. Times are multiples of
+/// 0.25 ms, so their sums are exact in any order.
+#[tokio::test]
+async fn rollups_of_random_batches_match_a_plain_count() {
+    let db = TestDb::new().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::raw_sql(
+        "SELECT setseed(0.16);
+         CREATE TEMP TABLE fed AS
+         SELECT b AS batch, b % 5 = 0 AS rescued,
+                CASE WHEN random() < 0.03 THEN NULL
+                     ELSE (ARRAY['q1', 'q2', 'q3'])[1 + floor(random() * 3)::int] END AS queue,
+                CASE WHEN random() < 0.03 THEN NULL
+                     ELSE (ARRAY['t1', 't2'])[1 + floor(random() * 2)::int] END AS task,
+                (ARRAY['success', 'failure', 'retry', 'cancelled'])[1 + floor(random() * 4)::int] AS state,
+                m.wait_ms, n.run_ms
+         FROM generate_series(1, 40) AS b,
+              generate_series(1, 1 + (b * 37) % 300) AS i,
+              LATERAL (SELECT CASE WHEN random() < 0.1 THEN NULL
+                                   WHEN random() < 0.2 THEN (conveyor.stats_buckets_ms())[1 + floor(random() * 18)::int]
+                                   WHEN random() < 0.05 THEN -4
+                                   ELSE floor(power(10, random() * 8)) * 0.25 END AS wait_ms
+                       WHERE i > 0) AS m,
+              LATERAL (SELECT CASE WHEN random() < 0.1 THEN NULL
+                                   WHEN random() < 0.2 THEN (conveyor.stats_buckets_ms())[1 + floor(random() * 18)::int]
+                                   ELSE floor(power(10, random() * 8)) * 0.25 END AS run_ms
+                       WHERE i > 0) AS n;",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    for batch in 1..=40 {
+        sqlx::query(
+            "SELECT conveyor_internal.count_outcomes(array_agg(queue), array_agg(task), array_agg(state),
+                        array_agg(wait_ms), array_agg(run_ms), bool_or(rescued))
+             FROM fed WHERE batch = $1",
+        )
+        .bind(batch)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+    let sums = |a: &str| {
+        format!(
+            "(SELECT array_agg(v ORDER BY k) FROM (SELECT k, sum(v)::bigint AS v
+                  FROM conveyor.stats x, unnest(x.{a}) WITH ORDINALITY AS u(v, k)
+                  WHERE x.queue = s.queue AND x.task = s.task GROUP BY k) AS h)::text"
+        )
+    };
+    let rollups: Vec<(String, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT queue, task,
+                concat_ws(' ', sum(succeeded), sum(failed), sum(retried), sum(rescued), sum(cancelled),
+                          sum(wait_ms_sum), sum(run_ms_sum), {wait}, {run})
+         FROM conveyor.stats s GROUP BY queue, task ORDER BY queue, task",
+        wait = sums("wait_ms"),
+        run = sums("run_ms"),
+    )))
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let expected: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT queue, task,
+                concat_ws(' ', count(*) FILTER (WHERE state = 'success'), count(*) FILTER (WHERE state = 'failure'),
+                          count(*) FILTER (WHERE state = 'retry'), count(*) FILTER (WHERE rescued),
+                          count(*) FILTER (WHERE state = 'cancelled'),
+                          coalesce(sum(wait_ms), 0), coalesce(sum(run_ms), 0),
+                          conveyor_internal.histogram(array_agg(wait_ms))::text,
+                          conveyor_internal.histogram(array_agg(run_ms))::text)
+         FROM fed WHERE queue IS NOT NULL AND task IS NOT NULL
+         GROUP BY queue, task ORDER BY queue, task",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(rollups.len(), 6, "{rollups:?}");
+    assert_eq!(rollups, expected);
+}
