@@ -42,6 +42,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/claims_done.sql"),
     ),
     (
+        "claims_given_back",
+        include_str!("../../migrations/functions/claims_given_back.sql"),
+    ),
+    (
         "count_enqueued",
         include_str!("../../migrations/functions/count_enqueued.sql"),
     ),

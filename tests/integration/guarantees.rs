@@ -964,3 +964,91 @@ async fn an_outcome_batch_naming_a_job_twice_counts_its_claim_down_once() {
             .unwrap();
     assert_eq!(left, Some(1));
 }
+
+/// Migration V13: a claims row deleted by hand (`DELETE FROM
+/// conveyor.claims` in psql) gives the jobs it still held back: runnable
+/// again with a fresh token, so the claim's worker can no longer record an
+/// outcome for them. Without it they stayed stored as pending with no ring
+/// row, and nothing ever ran them.
+#[tokio::test]
+async fn a_claim_deleted_by_hand_gives_its_jobs_back_and_fences_its_worker() {
+    let db = TestDb::new().await;
+    let ids: Vec<conveyor::JobId> = db
+        .client
+        .enqueue_many((0..3).map(|_| NewJob::new("t", json!({}))).collect())
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.id())
+        .collect();
+    // A claim of the three, as claim.sql makes it: ring rows gone, one claims row.
+    let token: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
+         INSERT INTO conveyor.claims
+             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
+                 now() + interval '1 minute', $1, 3)
+         RETURNING lease_token",
+    )
+    .bind(&ids)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let outcome = |id: conveyor::JobId| {
+        sqlx::query_scalar::<_, Vec<conveyor::JobId>>(
+            "SELECT updated FROM conveyor_internal.record_outcomes(ARRAY[$1::uuid], ARRAY[$2::bigint],
+                 '{success}', '{null}', '{NULL}', '{NULL}', '{1}')",
+        )
+        .bind(id)
+        .bind(token)
+    };
+    // The first job finishes under the claim; then an operator deletes it.
+    assert_eq!(
+        outcome(ids[0]).fetch_one(&db.pool).await.unwrap(),
+        vec![ids[0]]
+    );
+    sqlx::query("DELETE FROM conveyor.claims")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let (pending, ring, fenced): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM conveyor.jobs WHERE id = ANY($1) AND state = 'pending'),
+                (SELECT count(*) FROM conveyor.ready WHERE job_id = ANY($1)),
+                (SELECT count(*) FROM conveyor.job_rows WHERE id = ANY($1) AND lease_token > $2)",
+    )
+    .bind(&ids[1..])
+    .bind(token)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (pending, ring, fenced),
+        (2, 2, 2),
+        "the two jobs the claim held are runnable again, with tokens above the claim's"
+    );
+    // The claim's worker, finishing one of them late, records nothing.
+    assert!(
+        outcome(ids[1])
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let first: String = sqlx::query_scalar("SELECT state FROM conveyor.jobs WHERE id = $1")
+        .bind(ids[0])
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(first, "success", "the finished job is left alone");
+
+    let worker = Worker::builder(&db.client)
+        .register_fn("t", |_ctx, _args| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    eventually(WAIT, "the given-back jobs run", || async {
+        (count_jobs(&db.pool, "state = 'success'").await == 3).then_some(())
+    })
+    .await;
+    worker.shutdown(WAIT).await.unwrap();
+}
