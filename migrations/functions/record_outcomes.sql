@@ -23,6 +23,11 @@
 -- depends on the input only, and a DELETE rechecks its fence on the latest
 -- version).
 --
+-- A batch of successes alone (a busy worker's usual batch) takes a
+-- statement of its own with the same fence and move and none of the other
+-- parts: 0.60 against 0.76 ms for a batch of one and 1.39 against 1.58 ms
+-- for 65, measured alone (medians of four alternated runs, 2026-11-25).
+--
 -- A function so that its plan is made once per connection and kept
 -- (plpgsql caches it; force_generic_plan): planned at every call, this
 -- statement spent about as long in the planner as in the executor. Nested
@@ -41,6 +46,75 @@ SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 BEGIN
+    IF outcome_states <@ ARRAY['success'] THEN
+        -- Successes only, a busy worker's usual batch: the same fence and
+        -- move in a statement without the parts for retries, failures and
+        -- cancellations. PostgreSQL sets up every node of a plan at every
+        -- call, used or not: in a profile of batches of one, setting up
+        -- the plan (five write nodes, their aggregates) was 45 % of the call.
+        RETURN QUERY
+        WITH outcome AS (
+            SELECT *
+            FROM unnest(outcome_ids::uuid[], outcome_tokens::bigint[], outcome_results::jsonb[], outcome_wait_ms::float8[])
+                 AS t(id, lease_token, result, wait_ms)
+        ),
+        claim AS (
+            SELECT c.lease_token, c.started_at
+            FROM conveyor.claims c
+            WHERE c.lease_token = ANY(ARRAY(SELECT DISTINCT lease_token FROM outcome))
+        ),
+        ended AS (
+            DELETE FROM conveyor.jobs_unfinished j
+            USING outcome o LEFT JOIN claim c ON c.lease_token = o.lease_token
+            WHERE j.id = ANY(outcome_ids::uuid[]) AND j.id = o.id
+              AND ((j.state = 'started' AND j.lease_token = o.lease_token)
+                   OR (j.state = 'pending' AND o.lease_token > coalesce(j.lease_token, 0)))
+              AND (SELECT set_config('conveyor.ending_claimed_jobs', statement_timestamp()::text, true)) IS NOT NULL
+            RETURNING j.id, j.queue, j.task, j.args, j.headers, 'success'::text AS state, j.priority, j.run_at,
+                CASE WHEN j.state = 'pending' THEN least(j.attempt, 2147483646) + 1 ELSE j.attempt END AS attempt,
+                j.max_retries, j.retry_backoff_base, j.retry_backoff, j.timeout,
+                NULL::timestamptz AS lease_expires_at, NULL::text AS worker_id,
+                o.result, j.last_error, j.errors, j.created_at,
+                CASE WHEN j.state = 'pending' THEN coalesce(c.started_at, now()) ELSE j.started_at END AS started_at,
+                now() AS finished_at,
+                j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.cancel_requested_at,
+                j.unique_key, j.unique_until, o.lease_token,
+                j.state = 'pending' AS in_claim, o.wait_ms
+        ),
+        into_success AS (
+            INSERT INTO conveyor.jobs_success SELECT id, queue, task, args, headers, state, priority, run_at, attempt, max_retries,
+                retry_backoff_base, retry_backoff, timeout, lease_expires_at, worker_id, result, last_error,
+                errors, created_at, started_at, finished_at, workflow_id, workflow_index, on_success,
+                on_error, cancel_requested_at, unique_key, unique_until, lease_token
+                FROM ended
+        ),
+        claims_left AS (
+            SELECT conveyor_internal.claims_done(array_agg(lease_token), array_agg(n)) AS claims
+            FROM (SELECT lease_token, count(DISTINCT id)::int AS n FROM ended WHERE in_claim
+                  GROUP BY lease_token) AS d
+        ),
+        counted AS (
+            SELECT conveyor_internal.count_outcomes(
+                       array_agg(queue), array_agg(task), array_agg(state), array_agg(wait_ms),
+                       array_agg(extract(epoch FROM now() - started_at)::float8 * 1000))
+            FROM ended
+        ),
+        freed AS (
+            SELECT json_build_object('queue', q.queue, 'scheduled', false)::text AS payload
+            FROM (SELECT DISTINCT queue FROM ended) AS q
+            WHERE EXISTS (SELECT 1 FROM conveyor.queues c
+                          WHERE c.name = q.queue AND c.concurrency_limit IS NOT NULL)
+        )
+        SELECT (SELECT coalesce(array_agg(id), '{}') FROM ended),
+               (SELECT coalesce(array_agg(id), '{}') FROM ended
+                WHERE workflow_id IS NOT NULL OR on_success IS NOT NULL OR on_error IS NOT NULL),
+               (SELECT string_agg(id::text, ',') FROM ended),
+               (SELECT coalesce(array_agg(payload), '{}') FROM freed),
+               (SELECT count(*) FROM counted),
+               (SELECT claims FROM claims_left);
+        RETURN;
+    END IF;
+    -- Any other batch: every kind of outcome.
     RETURN QUERY
     WITH outcome AS (
         SELECT *
