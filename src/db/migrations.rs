@@ -86,6 +86,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/histogram_add.sql"),
     ),
     (
+        "histogram_count_step",
+        include_str!("../../migrations/functions/histogram_count_step.sql"),
+    ),
+    (
         "history_days_start",
         include_str!("../../migrations/functions/history_days_start.sql"),
     ),

@@ -900,6 +900,33 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
     );
 }
 
+/// `n` jobs of task `t` enqueued and taken by one claim, as claim.sql takes
+/// them (ring rows gone, one `conveyor.claims` row, the job rows left
+/// pending): their ids and the claim's token.
+async fn claimed_by_hand(db: &TestDb, n: usize) -> (Vec<conveyor::JobId>, i64) {
+    let ids: Vec<conveyor::JobId> = db
+        .client
+        .enqueue_many((0..n).map(|_| NewJob::new("t", json!({}))).collect())
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.id())
+        .collect();
+    let token: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
+         INSERT INTO conveyor.claims
+             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
+                 now() + interval '1 minute', $1, cardinality($1))
+         RETURNING lease_token",
+    )
+    .bind(&ids)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    (ids, token)
+}
+
 /// Migration V12: a claim counts the jobs it still holds and is deleted at
 /// 0. An outcome batch that names one job twice must count it once: counted
 /// twice, the claim went while it still held the other job, stored as
@@ -907,30 +934,7 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
 #[tokio::test]
 async fn an_outcome_batch_naming_a_job_twice_counts_its_claim_down_once() {
     let db = TestDb::new().await;
-    let ids: Vec<conveyor::JobId> = db
-        .client
-        .enqueue_many(vec![
-            NewJob::new("t", json!({})),
-            NewJob::new("t", json!({})),
-        ])
-        .await
-        .unwrap()
-        .iter()
-        .map(|h| h.id())
-        .collect();
-    // A claim of both, as claim.sql makes it: ring rows gone, one claims row.
-    let token: i64 = sqlx::query_scalar(
-        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
-         INSERT INTO conveyor.claims
-             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
-                 now() + interval '1 minute', $1, 2)
-         RETURNING lease_token",
-    )
-    .bind(&ids)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (ids, token) = claimed_by_hand(&db, 2).await;
     // The first job's retry, twice in one batch.
     sqlx::query(
         "SELECT * FROM conveyor_internal.record_outcomes($1, $2, '{retry,retry}',
@@ -973,27 +977,7 @@ async fn an_outcome_batch_naming_a_job_twice_counts_its_claim_down_once() {
 #[tokio::test]
 async fn a_claim_deleted_by_hand_gives_its_jobs_back_and_fences_its_worker() {
     let db = TestDb::new().await;
-    let ids: Vec<conveyor::JobId> = db
-        .client
-        .enqueue_many((0..3).map(|_| NewJob::new("t", json!({}))).collect())
-        .await
-        .unwrap()
-        .iter()
-        .map(|h| h.id())
-        .collect();
-    // A claim of the three, as claim.sql makes it: ring rows gone, one claims row.
-    let token: i64 = sqlx::query_scalar(
-        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
-         INSERT INTO conveyor.claims
-             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
-                 now() + interval '1 minute', $1, 3)
-         RETURNING lease_token",
-    )
-    .bind(&ids)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (ids, token) = claimed_by_hand(&db, 3).await;
     let outcome = |id: conveyor::JobId| {
         sqlx::query_scalar::<_, Vec<conveyor::JobId>>(
             "SELECT updated FROM conveyor_internal.record_outcomes(ARRAY[$1::uuid], ARRAY[$2::bigint],

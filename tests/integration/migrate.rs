@@ -132,12 +132,27 @@ async fn the_database_holds_exactly_the_functions_of_the_function_files() {
     conveyor::migrate(&db.pool).await.unwrap();
     let mut in_db: Vec<String> = sqlx::query_scalar(
         "SELECT p.proname::text FROM pg_proc p
-         WHERE p.pronamespace IN ('conveyor'::regnamespace, 'conveyor_internal'::regnamespace)",
+         WHERE p.pronamespace IN ('conveyor'::regnamespace, 'conveyor_internal'::regnamespace)
+           AND p.prokind <> 'a'",
     )
     .fetch_all(&db.pool)
     .await
     .unwrap();
     in_db.sort();
+    // Aggregates are created in the file of their step function.
+    let aggregates: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text || ' ' || a.aggtransfn::regproc::text FROM pg_proc p
+         JOIN pg_aggregate a ON a.aggfnoid = p.oid
+         WHERE p.pronamespace IN ('conveyor'::regnamespace, 'conveyor_internal'::regnamespace)
+         ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        aggregates,
+        ["histogram_count conveyor_internal.histogram_count_step"]
+    );
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/functions");
     let mut files: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
