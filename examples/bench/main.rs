@@ -176,20 +176,22 @@ async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Resu
         db.drop_db().await?;
         let mut new = result?;
         if name == "F" {
-            // Best C against the F run batched like it (the largest batch).
+            // Best C against each F line (the last: the replay as it was,
+            // at the largest batch; issue 16's ratio).
             let best_c = lines
                 .iter()
                 .filter(|l| l.scenario == "C")
                 .map(|l| l.median)
                 .fold(f64::NAN, f64::max);
-            if let Some(line) = new.last_mut()
-                && best_c.is_finite()
-                && let Some(extra) = line.extra.as_object_mut()
-            {
-                extra.insert(
-                    "best_c_percent_of_f".into(),
-                    (100.0 * best_c / line.median).into(),
-                );
+            for line in new.iter_mut() {
+                if best_c.is_finite()
+                    && let Some(extra) = line.extra.as_object_mut()
+                {
+                    extra.insert(
+                        "best_c_percent_of_f".into(),
+                        (100.0 * best_c / line.median).into(),
+                    );
+                }
             }
         }
         for line in new {
