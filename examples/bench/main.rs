@@ -87,6 +87,10 @@ struct Args {
     /// S: what the holding session reads first.
     #[arg(long, value_enum, default_value = "bare")]
     holder: snapshot::Holder,
+    /// S: give the queue this global concurrency limit (claims then lock
+    /// the queue's row and count its running jobs; default none).
+    #[arg(long)]
+    queue_limit: Option<u32>,
     /// Instead of running: plot captured S runs, LABEL=PATH of a saved
     /// output (repeat for each run), into `--plot-out`.
     #[arg(long)]
@@ -141,6 +145,7 @@ async fn run(args: Args) -> Result<()> {
         cfg.snapshot_rate = rate;
     }
     cfg.snapshot_holder = args.holder;
+    cfg.snapshot_queue_limit = args.queue_limit;
     let wanted = |name: &str| {
         if args.only.is_empty() {
             name != "H" || args.soak || args.quick

@@ -54,6 +54,8 @@ pub struct Config {
     pub snapshot_sample_secs: u64,
     /// S: what the session holding the snapshot read first (see `snapshot::Holder`).
     pub snapshot_holder: crate::snapshot::Holder,
+    /// S: the queue's global concurrency limit, if any.
+    pub snapshot_queue_limit: Option<u32>,
     /// N: host counts, worker processes per host, and their concurrency.
     pub hosts: Vec<usize>,
     pub host_processes: usize,
@@ -87,6 +89,7 @@ impl Config {
             snapshot_after_secs: 60,
             snapshot_sample_secs: 10,
             snapshot_holder: crate::snapshot::Holder::Bare,
+            snapshot_queue_limit: None,
             hosts: vec![1, 2, 3],
             host_processes: 1,
             host_concurrency: 100,
@@ -119,6 +122,7 @@ impl Config {
             snapshot_after_secs: 2,
             snapshot_sample_secs: 1,
             snapshot_holder: crate::snapshot::Holder::Bare,
+            snapshot_queue_limit: None,
             hosts: vec![1],
             host_processes: 1,
             host_concurrency: 100,

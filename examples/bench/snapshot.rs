@@ -91,6 +91,9 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         .fetch_one(&db.pool)
         .await?;
     let vacuum = autovacuum != "on";
+    if let Some(limit) = cfg.snapshot_queue_limit {
+        db.client.set_queue_limit(QUEUE, Some(limit)).await?;
+    }
     let child = WorkerChild::start(&db.url, cfg.snapshot_concurrency, None)?;
     db.wait_listeners(1).await?;
     let counter = FinishedCounter::listen(&db.url).await?;
@@ -205,8 +208,11 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let line = Line::new(
             "S",
             format!(
-                "held snapshot ({:?} holder), offered {rate}/s: {phase}",
-                cfg.snapshot_holder
+                "held snapshot ({:?} holder{}), offered {rate}/s: {phase}",
+                cfg.snapshot_holder,
+                cfg.snapshot_queue_limit
+                    .map(|l| format!(", queue limited to {l}"))
+                    .unwrap_or_default()
             ),
             "completed/s",
             rates,
