@@ -21,7 +21,7 @@
 -- $6 is the queue's global concurrency limit and $7 the room left in its
 -- rate window (NULL: none): the caller then runs this right after locking the
 -- queue's row (conveyor.queues) in the same transaction, so the count of
--- started jobs below is current.
+-- jobs with a live lease below (conveyor_internal.live_leases) is current.
 -- (Rows are matched with = ANY(array): a cached generic plan then still
 -- looks them up by primary key instead of hash-joining the whole table.)
 WITH room AS (
@@ -29,10 +29,7 @@ WITH room AS (
                $3::bigint,
                coalesce($7::int, $3::bigint),
                CASE WHEN $6::int IS NULL THEN $3::bigint
-                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs_unfinished
-                                    WHERE state = 'started' AND queue = $1)
-                                 - (SELECT coalesce(sum(jobs_left), 0) FROM conveyor.claims
-                                    WHERE queue = $1) END)) AS n
+                    ELSE $6::int - conveyor_internal.live_leases($1) END)) AS n
 ),
 picked AS (
     SELECT slot, ctid FROM conveyor.ready

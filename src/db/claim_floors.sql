@@ -24,10 +24,7 @@ WITH room AS (
                $3::bigint,
                coalesce($7::int, $3::bigint),
                CASE WHEN $6::int IS NULL THEN $3::bigint
-                    ELSE $6::int - (SELECT count(*) FROM conveyor.jobs_unfinished
-                                    WHERE state = 'started' AND queue = $1)
-                                 - (SELECT coalesce(sum(jobs_left), 0) FROM conveyor.claims
-                                    WHERE queue = $1) END)) AS n
+                    ELSE $6::int - conveyor_internal.live_leases($1) END)) AS n
 ),
 now_slot AS (
     SELECT conveyor_internal.ready_slot() AS slot,

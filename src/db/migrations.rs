@@ -106,6 +106,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/jobs_view_write.sql"),
     ),
     (
+        "live_leases",
+        include_str!("../../migrations/functions/live_leases.sql"),
+    ),
+    (
         "notify_job_ready",
         include_str!("../../migrations/functions/notify_job_ready.sql"),
     ),
