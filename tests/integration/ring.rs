@@ -220,7 +220,7 @@ async fn a_limited_claim_reads_only_live_claims_while_a_snapshot_is_held() {
         .await
         .unwrap()
         .iter()
-        .map(|h| h.id().into())
+        .map(|h| h.id())
         .collect();
     // Three of the five held by a live claim; a claim whose lease ran out
     // (its worker gone, the rescuer not yet by) says it holds two more.
