@@ -18,6 +18,17 @@ fn start(db: &TestDb) -> WorkerHandle {
         .unwrap()
 }
 
+/// A session holding the xmin horizon (a transaction with an id, left
+/// open), as a forgotten psql session does; `ROLLBACK` on it ends the hold.
+async fn hold_snapshot(db: &TestDb) -> PgConnection {
+    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT txid_current();")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
 /// Bytes in the ring's slot files (0 once every slot was emptied).
 async fn ring_bytes(pool: &PgPool) -> i64 {
     sqlx::query_scalar(
@@ -129,11 +140,7 @@ fn ring_pages(plan: &str) -> u64 {
 #[tokio::test]
 async fn claims_stay_cheap_while_a_snapshot_is_held() {
     let db = TestDb::new().await;
-    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
-    sqlx::raw_sql("BEGIN; SELECT txid_current();")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = hold_snapshot(&db).await;
     let worker = start(&db);
     for _ in 0..20 {
         let jobs = (0..1_000).map(|_| NewJob::new("noop", json!({})));
@@ -198,11 +205,7 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
 #[tokio::test]
 async fn a_limited_claim_reads_only_live_claims_while_a_snapshot_is_held() {
     let db = TestDb::new().await;
-    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
-    sqlx::raw_sql("BEGIN; SELECT txid_current();")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = hold_snapshot(&db).await;
     sqlx::raw_sql(
         "INSERT INTO conveyor.claims
              (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
