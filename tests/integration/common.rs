@@ -360,3 +360,34 @@ where
     out.sort_by_key(|(i, _)| *i);
     out.into_iter().map(|(_, o)| o).collect()
 }
+
+/// `n` jobs of task `t` enqueued and taken by one claim, as claim.sql takes
+/// them (ring rows gone, one `conveyor.claims` row, the job rows left
+/// pending): their ids and the claim's token.
+pub async fn claimed_by_hand(db: &TestDb, n: usize) -> (Vec<conveyor::JobId>, i64) {
+    let ids: Vec<conveyor::JobId> = db
+        .client
+        .enqueue_many(
+            (0..n)
+                .map(|_| conveyor::NewJob::new("t", serde_json::json!({})))
+                .collect(),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.id())
+        .collect();
+    let token: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
+         INSERT INTO conveyor.claims
+             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
+                 now() + interval '1 minute', $1, cardinality($1))
+         RETURNING lease_token",
+    )
+    .bind(&ids)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    (ids, token)
+}

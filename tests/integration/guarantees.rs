@@ -14,7 +14,9 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Semaphore;
 
-use crate::common::{THROUGH_PGBOUNCER, TestDb, WAIT, count_jobs, eventually, wait_for_listen};
+use crate::common::{
+    THROUGH_PGBOUNCER, TestDb, WAIT, claimed_by_hand, count_jobs, eventually, wait_for_listen,
+};
 use crate::proxy::Proxy;
 
 /// A pool on `url` that connects lazily (so it can be made while cut off).
@@ -898,33 +900,6 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
         cancelled.len(),
         ran.len()
     );
-}
-
-/// `n` jobs of task `t` enqueued and taken by one claim, as claim.sql takes
-/// them (ring rows gone, one `conveyor.claims` row, the job rows left
-/// pending): their ids and the claim's token.
-async fn claimed_by_hand(db: &TestDb, n: usize) -> (Vec<conveyor::JobId>, i64) {
-    let ids: Vec<conveyor::JobId> = db
-        .client
-        .enqueue_many((0..n).map(|_| NewJob::new("t", json!({}))).collect())
-        .await
-        .unwrap()
-        .iter()
-        .map(|h| h.id())
-        .collect();
-    let token: i64 = sqlx::query_scalar(
-        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
-         INSERT INTO conveyor.claims
-             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
-                 now() + interval '1 minute', $1, cardinality($1))
-         RETURNING lease_token",
-    )
-    .bind(&ids)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    (ids, token)
 }
 
 /// Migration V12: a claim counts the jobs it still holds and is deleted at

@@ -8,7 +8,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use conveyor::{NewJob, Worker, WorkerHandle};
 
-use crate::common::{TestDb, WAIT, count_jobs, eventually, shared_pages};
+use crate::common::{TestDb, WAIT, claimed_by_hand, count_jobs, eventually, shared_pages};
 
 fn start(db: &TestDb) -> WorkerHandle {
     Worker::builder(&db.client)
@@ -217,26 +217,19 @@ async fn a_limited_claim_reads_only_live_claims_while_a_snapshot_is_held() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let ids: Vec<uuid::Uuid> = db
-        .client
-        .enqueue_many((0..5).map(|_| NewJob::new("noop", json!({}))).collect())
+    // Two jobs to run; three held by a live claim; a claim whose lease ran
+    // out (its worker gone, the rescuer not yet by) says it holds two more.
+    db.client
+        .enqueue_many((0..2).map(|_| NewJob::new("noop", json!({}))).collect())
         .await
-        .unwrap()
-        .iter()
-        .map(|h| h.id())
-        .collect();
-    // Three of the five held by a live claim; a claim whose lease ran out
-    // (its worker gone, the rescuer not yet by) says it holds two more.
+        .unwrap();
+    claimed_by_hand(&db, 3).await;
     sqlx::query(
-        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = ANY($1))
-         INSERT INTO conveyor.claims
+        "INSERT INTO conveyor.claims
              (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-         VALUES (nextval('conveyor.lease_tokens'), 'default', 'w', now(),
-                 now() + interval '1 minute', $1, 3),
-                (nextval('conveyor.lease_tokens'), 'default', 'gone', now() - interval '2 minutes',
+         VALUES (nextval('conveyor.lease_tokens'), 'default', 'gone', now() - interval '2 minutes',
                  now() - interval '1 minute', '{}', 2)",
     )
-    .bind(&ids[..3])
     .execute(&db.pool)
     .await
     .unwrap();
