@@ -1,4 +1,4 @@
-//! Conveyor's benchmark: scenarios A–H, M, N and S of docs/benchmarks.md
+//! Conveyor's benchmark: scenarios A–H, M, N, S and dump of docs/benchmarks.md
 //! against a database it creates and drops (N: on a private cluster it
 //! starts). Prints one JSON line per result, then a table. Figures only:
 //! nothing here asserts a timing.
@@ -52,7 +52,7 @@ struct Args {
     /// Small sizes: seconds in all. For CI.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,idle).
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,idle).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also run H (the 30-minute soak) with the rest.
@@ -161,8 +161,8 @@ async fn run(args: Args) -> Result<()> {
 /// The scenarios in the order they run. Each gets a database of its own,
 /// created before it and dropped after it, so none inherits another's
 /// bloat (E leaves a million-row backlog behind) or settings.
-const SCENARIOS: [&str; 12] = [
-    "A", "B", "C", "F", "N", "D", "E", "idle", "S", "G", "M", "H",
+const SCENARIOS: [&str; 13] = [
+    "A", "B", "C", "F", "N", "D", "E", "idle", "S", "dump", "G", "M", "H",
 ];
 
 async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
@@ -224,6 +224,14 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
         "M" => Ok(Vec::new()),
         "H" => scenarios::soak(db, cfg).await,
         "S" => snapshot::held_snapshot(db, cfg).await,
+        // S with a real pg_dump as the holder.
+        "dump" => {
+            let cfg = Config {
+                snapshot_holder: snapshot::Holder::PgDump,
+                ..cfg.clone()
+            };
+            snapshot::held_snapshot(db, &cfg).await
+        }
         other => Err(format!("unknown scenario {other}").into()),
     }
 }

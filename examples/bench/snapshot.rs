@@ -27,6 +27,113 @@ pub enum Holder {
     /// `pg_dump` does: it holds a lock on every slot of the ready ring, so
     /// none can be emptied while it runs.
     Dump,
+    /// A real `pg_dump` of the whole database (the server's own binary),
+    /// its output read slowly (`DUMP_READ_BYTES_PER_SEC`), as a nightly
+    /// backup streaming to slow storage: it holds its snapshot and an
+    /// ACCESS SHARE lock on every table it dumps for its whole run. It is
+    /// stopped at the end of the hold (scenario "dump").
+    PgDump,
+}
+
+/// How fast the `pg_dump` holder's output is read: slow enough that the
+/// dump of a few hundred MB outlasts any hold the benchmark asks for.
+const DUMP_READ_BYTES_PER_SEC: usize = 16 * 1024;
+
+/// The server binaries' directory (`/usr/lib/postgresql/<newest>/bin`).
+fn pg_bin() -> Result<std::path::PathBuf> {
+    let mut versions: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|bin| bin.join("pg_dump").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .ok_or_else(|| "no pg_dump under /usr/lib/postgresql/*/bin".into())
+}
+
+/// The session holding the snapshot.
+enum Holding {
+    Conn(PgConnection),
+    /// The `pg_dump` process and the thread reading its output (it returns
+    /// the bytes read).
+    Dump(std::process::Child, std::thread::JoinHandle<u64>),
+}
+
+impl Holding {
+    async fn start(holder: Holder, url: &str) -> Result<Holding> {
+        if holder != Holder::PgDump {
+            let mut conn = PgConnection::connect(url).await?;
+            sqlx::raw_sql(holder.sql()).execute(&mut conn).await?;
+            return Ok(Holding::Conn(conn));
+        }
+        let mut child = std::process::Command::new(pg_bin()?.join("pg_dump"))
+            .arg("--dbname")
+            .arg(url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let mut out = child.stdout.take().ok_or("pg_dump has no stdout")?;
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; DUMP_READ_BYTES_PER_SEC / 10];
+            let mut total = 0u64;
+            loop {
+                match out.read(&mut buf) {
+                    Ok(0) | Err(_) => return total,
+                    Ok(n) => total += n as u64,
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        // Wait until the dump holds its locks: its transaction shows in
+        // pg_stat_activity.
+        let mut conn = PgConnection::connect(url).await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let locked: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                                WHERE a.application_name = 'pg_dump' AND l.granted
+                                  AND l.relation = 'conveyor.claims'::regclass)",
+            )
+            .fetch_one(&mut conn)
+            .await?;
+            if locked {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("pg_dump took no lock within 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        conn.close().await?;
+        Ok(Holding::Dump(child, reader))
+    }
+
+    /// Ends the hold; for a dump, says whether it was still running.
+    async fn release(self) -> Result<()> {
+        match self {
+            Holding::Conn(mut conn) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut conn).await?;
+                conn.close().await?;
+            }
+            Holding::Dump(mut child, reader) => {
+                let finished = child.try_wait()?;
+                let _ = child.kill();
+                let _ = child.wait();
+                let read = reader.join().unwrap_or(0);
+                eprintln!(
+                    "S: pg_dump {} after {:.1} MiB of output read",
+                    match finished {
+                        Some(status) =>
+                            format!("had ended by itself ({status}) before the end of the hold"),
+                        None => "was still running at the end of the hold: stopped".to_string(),
+                    },
+                    read as f64 / 1_048_576.0
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Holder {
@@ -42,6 +149,7 @@ impl Holder {
                  SELECT count(*) FROM conveyor.jobs WHERE queue = 'x';
                  SELECT count(*) FROM conveyor.ready;"
             }
+            Holder::PgDump => "",
         }
     }
 }
@@ -56,6 +164,53 @@ struct Sample {
     waiting: i64,
     dead_tuples: i64,
     size_mib: f64,
+    /// Index entries read in the ready ring per claim statement since the
+    /// last sample: what a claim walks (dead entries included).
+    ring_reads_per_claim: f64,
+    /// Tuples read in `conveyor.claims` (index and sequential) per claim.
+    claims_reads_per_claim: f64,
+}
+
+/// Cumulative counters behind the per-claim figures of a [`Sample`].
+#[derive(Clone, Copy, Default)]
+struct Reads {
+    ring: i64,
+    claims: i64,
+    claim_statements: i64,
+}
+
+impl Reads {
+    async fn now(db: &BenchDb) -> Result<Reads> {
+        // Leaves of each tree (a partition's own counters; the parent's stay 0).
+        let (ring, claims, claim_statements): (i64, i64, i64) = sqlx::query_as(
+            "WITH ring AS (SELECT relid FROM pg_partition_tree('conveyor.ready') WHERE isleaf),
+                  -- (pg_partition_tree gives nothing for a plain table.)
+                  claims AS (SELECT relid FROM pg_partition_tree('conveyor.claims') WHERE isleaf
+                             UNION SELECT 'conveyor.claims'::regclass)
+             SELECT (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+                     WHERE relid IN (SELECT relid FROM ring))::bigint,
+                    ((SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+                      WHERE relid IN (SELECT relid FROM claims))
+                     + (SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables
+                        WHERE relid IN (SELECT relid FROM claims)))::bigint,
+                    (SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables
+                     WHERE relid IN (SELECT relid FROM claims))::bigint",
+        )
+        .fetch_one(&db.pool)
+        .await?;
+        Ok(Reads {
+            ring,
+            claims,
+            claim_statements,
+        })
+    }
+
+    /// (ring, claims) reads per claim statement between two readings.
+    fn per_claim(self, before: Reads) -> (f64, f64) {
+        let claims = (self.claim_statements - before.claim_statements).max(1) as f64;
+        let per = |now: i64, then: i64| ((now - then).max(0) as f64 / claims * 10.0).round() / 10.0;
+        (per(self.ring, before.ring), per(self.claims, before.claims))
+    }
 }
 
 impl Sample {
@@ -66,6 +221,8 @@ impl Sample {
             "pickup_p50_ms": self.pickup_p50_ms, "pickup_p99_ms": self.pickup_p99_ms,
             "waiting": self.waiting, "dead_tuples": self.dead_tuples,
             "size_mib": (self.size_mib * 10.0).round() / 10.0,
+            "ring_reads_per_claim": self.ring_reads_per_claim,
+            "claims_reads_per_claim": self.claims_reads_per_claim,
         })
     }
 }
@@ -107,13 +264,17 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let until = start + Duration::from_secs(total);
     let rate = cfg.snapshot_rate;
     let mut producers = spawn_producers(db, 2, rate, until, Arc::new(AtomicU64::new(0)));
-    let mut holder: Option<PgConnection> = None;
+    let mut holder: Option<Holding> = None;
     let mut samples: Vec<Sample> = Vec::new();
     let mut last_seen = 0;
     let mut last_at = chrono::Utc::now();
     let mut next = start;
     let period = Duration::from_secs(cfg.snapshot_sample_secs);
-    eprintln!("S: t(s) phase completed/s pickup-p50(ms) p99(ms) waiting dead-tuples size(MiB)");
+    eprintln!(
+        "S: t(s) phase completed/s pickup-p50(ms) p99(ms) waiting dead-tuples size(MiB) \
+         ring-reads/claim claims-reads/claim"
+    );
+    let mut last_reads = Reads::now(db).await?;
     while Instant::now() + period / 2 < until {
         next += period;
         tokio::time::sleep_until(next.into()).await;
@@ -128,16 +289,11 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         // Take the snapshot at the end of the steady phase, release it at
         // the end of the held one.
         if phase == "held" && holder.is_none() {
-            let mut conn = PgConnection::connect(&db.url).await?;
-            sqlx::raw_sql(cfg.snapshot_holder.sql())
-                .execute(&mut conn)
-                .await?;
-            holder = Some(conn);
+            holder = Some(Holding::start(cfg.snapshot_holder, &db.url).await?);
         } else if phase == "after"
-            && let Some(mut conn) = holder.take()
+            && let Some(held) = holder.take()
         {
-            sqlx::raw_sql("ROLLBACK").execute(&mut conn).await?;
-            conn.close().await?;
+            held.release().await?;
         }
         if vacuum {
             // Stand-in for autovacuum, which this server has turned off.
@@ -163,6 +319,9 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             )
                 .fetch_one(&db.pool)
                 .await?;
+        let reads = Reads::now(db).await?;
+        let (ring_reads_per_claim, claims_reads_per_claim) = reads.per_claim(last_reads);
+        last_reads = reads;
         let sample = Sample {
             t: secs(start),
             phase,
@@ -172,9 +331,11 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             waiting: db.count_state("pending").await?,
             dead_tuples: dead,
             size_mib: (table + indexes) as f64 / 1_048_576.0,
+            ring_reads_per_claim,
+            claims_reads_per_claim,
         };
         eprintln!(
-            "S: {:>5.0} {:<6} {:>8.0} {:>9.1} {:>8.1} {:>7} {:>9} {:>7.1}",
+            "S: {:>5.0} {:<6} {:>8.0} {:>9.1} {:>8.1} {:>7} {:>9} {:>7.1} {:>8.1} {:>8.1}",
             sample.t,
             sample.phase,
             sample.completed_per_sec,
@@ -182,13 +343,15 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             sample.pickup_p99_ms,
             sample.waiting,
             sample.dead_tuples,
-            sample.size_mib
+            sample.size_mib,
+            sample.ring_reads_per_claim,
+            sample.claims_reads_per_claim
         );
         samples.push(sample);
         (last_seen, last_at) = (seen, now);
     }
-    if let Some(mut conn) = holder.take() {
-        sqlx::raw_sql("ROLLBACK").execute(&mut conn).await?;
+    if let Some(held) = holder.take() {
+        held.release().await?;
     }
     while let Some(r) = producers.join_next().await {
         r??;
@@ -222,6 +385,8 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             "percent_of_offered": percent_of_offered,
             "worst_pickup_p50_ms": worst_p50,
             "worst_pickup_p99_ms": worst_p99,
+            "worst_ring_reads_per_claim": of.iter().map(|s| s.ring_reads_per_claim).fold(0.0, f64::max),
+            "worst_claims_reads_per_claim": of.iter().map(|s| s.claims_reads_per_claim).fold(0.0, f64::max),
             "waiting_at_end": last.waiting,
             "dead_tuples_at_end": last.dead_tuples,
             "size_mib_at_end": last.size_mib,
