@@ -30,7 +30,7 @@ BEGIN
     ),
     ring AS (
         INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
-        SELECT conveyor_internal.ready_slot(), queue, priority, run_at, id, task FROM back
+        SELECT (SELECT conveyor_internal.ready_slot()), queue, priority, run_at, id, task FROM back
     )
     SELECT count(pg_notify(TG_TABLE_SCHEMA || '.job_ready',
                            json_build_object('queue', q.queue, 'scheduled', false)::text))

@@ -1,8 +1,7 @@
 -- The jobs of one queue that hold a live lease: started rows whose lease
 -- has not expired, and the jobs still held by the queue's claims whose
 -- lease has not expired (conveyor.claims, migration V12). A queue's global
--- concurrency limit is checked against this count (claim.sql,
--- claim_floors.sql). A job whose lease has expired is not counted: its
+-- concurrency limit is checked against this count (claim.sql). A job whose lease has expired is not counted: its
 -- worker stopped renewing it, and the rescuer gives it back.
 --
 -- Read through indexes only (sequential scans off inside the function:

@@ -6,7 +6,7 @@ CREATE OR REPLACE FUNCTION conveyor_internal.ready_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
-    SELECT conveyor_internal.ready_slot(), queue, priority, run_at, id, task
+    SELECT (SELECT conveyor_internal.ready_slot()), queue, priority, run_at, id, task
     FROM new_jobs WHERE state = 'pending';
     RETURN NULL;
 END

@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION conveyor_internal.ready_moved() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
-    SELECT conveyor_internal.ready_slot(), n.queue, n.priority, n.run_at, n.id, n.task
+    SELECT (SELECT conveyor_internal.ready_slot()), n.queue, n.priority, n.run_at, n.id, n.task
     FROM new_jobs n JOIN old_jobs o ON o.id = n.id
     WHERE n.state = 'pending' AND o.state IN ('success', 'failure', 'cancelled');
     PERFORM pg_notify(TG_TABLE_SCHEMA || '.job_ready',

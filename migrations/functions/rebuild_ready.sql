@@ -19,7 +19,7 @@ BEGIN
                           WHERE j.id = s.job_id AND j.state = 'pending')
         FOR UPDATE SKIP LOCKED);
     INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
-    SELECT conveyor_internal.ready_slot(), j.queue, j.priority, j.run_at, j.id, j.task
+    SELECT (SELECT conveyor_internal.ready_slot()), j.queue, j.priority, j.run_at, j.id, j.task
     FROM conveyor.jobs j
     WHERE j.state = 'pending'
       AND NOT EXISTS (SELECT 1 FROM conveyor.ready r WHERE r.job_id = j.id);

@@ -49,61 +49,9 @@ pub(crate) struct Claim<'a> {
     pub worker_id: &'a str,
     /// The queue has a global concurrency limit.
     pub limited: bool,
-    /// Start each sealed slot of the ready ring after this worker's floor
-    /// there (`claim_floors.sql`); `None` reads every slot from its head.
-    pub floors: Option<&'a RingFloors>,
-}
-
-/// Where this worker's claims stopped in each slot of the ready ring, for
-/// one queue (see `claim_floors.sql`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct RingFloors {
-    slots: [Option<Floor>; super::ring::READY_SLOTS],
-}
-
-/// The claim key of the last row taken from a slot, and the second it was
-/// taken in (the floor lapses once the slot has been current since).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize)]
-struct Floor {
-    slot: usize,
-    np: i64,
-    run_at: DateTime<Utc>,
-    job_id: JobId,
-    #[serde(skip)]
-    second: i64,
-}
-
-impl RingFloors {
-    /// Keeps the floors a claim returned (JSON `floors`, taken in `second`).
-    fn advance(&mut self, floors: &serde_json::Value, second: i64) {
-        let Ok(floors) = serde_json::from_value::<Vec<Floor>>(floors.clone()) else {
-            return;
-        };
-        for floor in floors {
-            if let Some(slot) = self.slots.get_mut(floor.slot) {
-                *slot = Some(Floor { second, ..floor });
-            }
-        }
-    }
-
-    /// The statement's parameters $8 to $11: one element per slot.
-    #[allow(clippy::type_complexity)]
-    fn params(
-        &self,
-    ) -> (
-        Vec<Option<i64>>,
-        Vec<Option<DateTime<Utc>>>,
-        Vec<Option<JobId>>,
-        Vec<Option<i64>>,
-    ) {
-        let f = |get: fn(&Floor) -> _| self.slots.iter().map(|s| s.as_ref().map(get)).collect();
-        (
-            f(|x| x.np),
-            self.slots.iter().map(|s| s.map(|x| x.run_at)).collect(),
-            self.slots.iter().map(|s| s.map(|x| x.job_id)).collect(),
-            self.slots.iter().map(|s| s.map(|x| x.second)).collect(),
-        )
-    }
+    /// The bank of the ready ring to read (`conveyor.ready_bank`, below
+    /// `ring::READY_BANKS`).
+    pub bank: usize,
 }
 
 /// What a claim found.
@@ -116,8 +64,6 @@ pub(crate) struct Claimed {
     pub undecodable: Vec<Undecodable>,
     /// The rate window is used up until then.
     pub rate_limited_until: Option<DateTime<Utc>>,
-    /// With floors: the claim's floors, to pass to the next claim.
-    pub floors: Option<RingFloors>,
 }
 
 /// A claimed job and the fencing token of its claim.
@@ -172,46 +118,20 @@ fn decode_claimed(rows: Vec<sqlx::postgres::PgRow>, claimed: &mut Claimed) {
     }
 }
 
-/// With floors: the given floors advanced by what this claim took (every
-/// row carries the same `floors` and `floors_second`).
-fn keep_floors(c: &Claim<'_>, rows: &[sqlx::postgres::PgRow], claimed: &mut Claimed) {
-    let Some(before) = c.floors else { return };
-    let mut floors = before.clone();
-    if let Some(row) = rows.first()
-        && let (Ok(taken), Ok(second)) = (
-            row.try_get::<serde_json::Value, _>("floors"),
-            row.try_get::<i64, _>("floors_second"),
-        )
-    {
-        floors.advance(&taken, second);
-    }
-    claimed.floors = Some(floors);
-}
-
 /// Claims up to `limit` jobs of `queue`. With a concurrency or rate limit
 /// the claim runs in a transaction after locking the queue's row.
 pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Claimed> {
-    let floors = c.floors.map(RingFloors::params);
+    let statement = q.claim[c.bank.min(q.claim.len() - 1)];
     let claim = |concurrency: Option<i32>, rate_room: Option<i32>| {
         // Rows, not `Job`s: see `decode_claimed`.
-        let query = sqlx::query(if floors.is_some() {
-            q.claim_floors
-        } else {
-            q.claim
-        })
-        .bind(c.queue)
-        .bind(c.tasks)
-        .bind(c.limit)
-        .bind(c.lease_secs)
-        .bind(c.worker_id)
-        .bind(concurrency)
-        .bind(rate_room);
-        match &floors {
-            Some((np, run_at, job_id, second)) => {
-                query.bind(np).bind(run_at).bind(job_id).bind(second)
-            }
-            None => query,
-        }
+        sqlx::query(statement)
+            .bind(c.queue)
+            .bind(c.tasks)
+            .bind(c.limit)
+            .bind(c.lease_secs)
+            .bind(c.worker_id)
+            .bind(concurrency)
+            .bind(rate_room)
     };
     let mut claimed = Claimed::default();
     if c.limited {
@@ -238,11 +158,9 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
             }
         }
         tx.commit().await?;
-        keep_floors(c, &rows, &mut claimed);
         decode_claimed(rows, &mut claimed);
     } else {
         let rows = claim(None, None).fetch_all(q.on(pool)).await?;
-        keep_floors(c, &rows, &mut claimed);
         decode_claimed(rows, &mut claimed);
     }
     claimed.jobs.sort_by(|a, b| {

@@ -2,7 +2,10 @@
 -- Runnable jobs are found in the ready ring (conveyor.ready, migration V3),
 -- not in conveyor.jobs: its slots are emptied by TRUNCATE, so the claim
 -- never walks more dead index entries than a few slots hold, whatever
--- snapshot another session keeps open. The picked ring rows are locked
+-- snapshot another session keeps open. It reads one bank of slots (V16):
+-- this statement is written out per bank, its slots named below
+-- (db::ring), and the worker sends the one of the current bank
+-- (conveyor.ready_bank, announced on the channel conveyor.ring). The picked ring rows are locked
 -- (SKIP LOCKED: concurrent claims take different jobs), deleted by their
 -- physical address, and the jobs they name are updated by primary key. A
 -- ring row whose job is no longer pending (cancelled while this claim held
@@ -33,7 +36,8 @@ WITH room AS (
 ),
 picked AS (
     SELECT slot, ctid FROM conveyor.ready
-    WHERE queue = $1 AND task = ANY($2) AND run_at <= now()
+    WHERE slot BETWEEN {bank_slots}
+      AND queue = $1 AND task = ANY($2) AND run_at <= now()
       AND NOT EXISTS (SELECT 1 FROM conveyor.queues
                       WHERE name = $1 AND paused_at IS NOT NULL)
     ORDER BY -(priority::bigint), run_at, job_id
@@ -41,7 +45,30 @@ picked AS (
     FOR UPDATE SKIP LOCKED
 ),
 {delete_picked},
--- One conveyor.claims row, the jobs' rows left pending: claim_rows.sql.
-{claim_rows}
+-- One conveyor.claims row, with a fresh fencing token (one nextval per
+-- statement), makes the jobs taken started; their own rows are not written
+-- (pending on disk; migration V12). Jobs whose row is no longer pending
+-- (cancelled while this claim held the ring row) are left out.
+token AS (
+    SELECT nextval('conveyor.lease_tokens') AS t
+),
+claimed AS (
+    SELECT j.id, j.queue, j.task, j.args, j.headers, 'started'::text AS state, j.priority, j.run_at,
+           -- (Saturating: a hand-written attempt of 2^31 - 1 must not fail the claim.)
+           least(j.attempt, 2147483646) + 1 AS attempt,
+           j.max_retries, j.retry_backoff_base, j.retry_backoff, j.timeout,
+           now() + make_interval(secs => $4) AS lease_expires_at, $5::text AS worker_id,
+           j.result, j.last_error, j.errors, j.created_at, now() AS started_at, j.finished_at,
+           j.workflow_id, j.workflow_index, j.on_success, j.on_error,
+           (SELECT t FROM token) AS lease_token
+    FROM conveyor.jobs_unfinished j
+    WHERE j.id = ANY(ARRAY(SELECT job_id FROM taken)) AND j.state = 'pending'
+),
+held AS (
+    INSERT INTO conveyor.claims (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+    SELECT (SELECT t FROM token), $1, $5, now(), now() + make_interval(secs => $4), array_agg(id), count(*)
+    FROM claimed
+    HAVING count(*) > 0
+)
 SELECT {job_columns}
 FROM claimed j

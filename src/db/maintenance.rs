@@ -49,12 +49,39 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
     Ok(Some(row.try_get("rescued")?))
 }
 
-/// Empties the sealed slots of the ready ring it can lock at once (see
-/// `migrations/functions/rotate_ready.sql`); returns how many.
-pub(crate) async fn rotate_ready(pool: &PgPool, q: &Queries) -> Result<i32> {
-    Ok(sqlx::query_scalar(q.rotate_ready)
-        .fetch_one(q.on(pool))
-        .await?)
+/// What one pass of the ready ring's upkeep found (see
+/// `migrations/functions/rotate_ring.sql`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RingPass {
+    /// The bank of slots taking inserts, which claims read.
+    pub bank: usize,
+    /// Slots emptied.
+    pub emptied: i32,
+    /// A long transaction holds a slot of the ring (`None`: another
+    /// process did this pass's work, so it is not known).
+    pub held: Option<bool>,
+    /// It holds a slot of the current bank: no other bank was free, and
+    /// claims slow down until it ends.
+    pub stuck: Option<bool>,
+}
+
+/// One pass of the ready ring's upkeep: empties sealed slots, switches
+/// banks while a long transaction holds the current one, drops banks left
+/// long ago.
+pub(crate) async fn rotate_ring(pool: &PgPool, q: &Queries) -> Result<RingPass> {
+    let (bank, emptied, held, stuck): (i16, i32, Option<bool>, Option<bool>) =
+        sqlx::query_as(q.rotate_ring).fetch_one(q.on(pool)).await?;
+    Ok(RingPass {
+        // A bank the statements were not prepared for (written by hand):
+        // bank 0's (claims find nothing until the ring is back there).
+        bank: usize::try_from(bank)
+            .ok()
+            .filter(|b| *b < super::ring::READY_BANKS)
+            .unwrap_or(0),
+        emptied,
+        held,
+        stuck,
+    })
 }
 
 /// A transaction that has held a lock on the ready ring for longer than

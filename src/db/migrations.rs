@@ -118,6 +118,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/pause_queue.sql"),
     ),
     (
+        "ready_bank_tables",
+        include_str!("../../migrations/functions/ready_bank_tables.sql"),
+    ),
+    (
         "ready_insert",
         include_str!("../../migrations/functions/ready_insert.sql"),
     ),
@@ -150,8 +154,8 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/resume_queue.sql"),
     ),
     (
-        "rotate_ready",
-        include_str!("../../migrations/functions/rotate_ready.sql"),
+        "rotate_ring",
+        include_str!("../../migrations/functions/rotate_ring.sql"),
     ),
     (
         "run_follow_ups",

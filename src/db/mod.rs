@@ -25,6 +25,7 @@ mod model_test;
 mod outcome;
 mod queues;
 mod ring;
+pub(crate) use ring::READY_BANKS;
 mod workers;
 mod workflows;
 
@@ -34,7 +35,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::error::{Error, Result};
 use crate::job::JobState;
 
-pub(crate) use claim::{Claim, RingFloors, Undecodable, claim, promote};
+pub(crate) use claim::{Claim, Undecodable, claim, promote};
 pub use enqueue::{BULK_CHUNK, COPY_MIN};
 pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
@@ -49,7 +50,7 @@ pub(crate) use maintenance::periodic_lock_name;
 pub(crate) use maintenance::{
     AnnouncedSchedule, announce_periodic, backend_pid, create_history, drop_history, fold_stats,
     periodic_last_slots, periodic_record_slot, ping, prune, prune_leftovers, prune_stats, rescue,
-    ring_blocker, rotate_ready, stats_unfolded, try_lead_periodic,
+    ring_blocker, rotate_ring, stats_unfolded, try_lead_periodic,
 };
 #[cfg(feature = "metrics")]
 pub(crate) use metrics::{GaugeLimits, MetricsTotals, QueueCounts, metrics_queues, metrics_totals};
@@ -101,6 +102,9 @@ pub(crate) struct Queries {
     pub job_cancel_channel: &'static str,
     /// Channel announcing changed queue settings: payload = queue name.
     pub queue_changed_channel: &'static str,
+    /// Channel announcing that the ready ring moved to another bank of
+    /// slots: payload = the bank (`conveyor_internal.rotate_ring()`).
+    pub ring_channel: &'static str,
     insert_jobs: &'static str,
     insert_job: &'static str,
     notify: &'static str,
@@ -111,8 +115,8 @@ pub(crate) struct Queries {
     fetch_state: &'static str,
     fetch_state_anywhere: &'static str,
     promote: &'static str,
-    claim: &'static str,
-    claim_floors: &'static str,
+    /// The claim statement for each bank of the ready ring.
+    claim: [&'static str; ring::READY_BANKS],
     complete: &'static str,
     heartbeat: &'static str,
     count_leases_lost: &'static str,
@@ -121,7 +125,7 @@ pub(crate) struct Queries {
     rescue: &'static str,
     settle_claims: &'static str,
     settle_expired_claims: &'static str,
-    rotate_ready: &'static str,
+    rotate_ring: &'static str,
     ring_blocker: &'static str,
     after_finish: &'static str,
     spawn: &'static str,
@@ -219,21 +223,17 @@ impl Queries {
             return queries;
         }
         let columns = include_str!("job_columns.sql").trim();
-        let claim_rows = include_str!("claim_rows.sql").trim_end();
-        let (delete_picked, candidates, lock_and_take) = (
-            ring::delete_picked(),
-            ring::candidates(),
-            ring::lock_and_take(),
-        );
         let load = |sql: &str| {
-            let sql = sql
-                .replace("{claim_rows}", claim_rows)
-                .replace("{job_columns}", columns)
-                .replace("{delete_picked}", &delete_picked)
-                .replace("{candidates}", &candidates)
-                .replace("{lock_and_take}", &lock_and_take);
+            let sql = sql.replace("{job_columns}", columns);
             leak(in_schema(&sql, schema))
         };
+        let claim = std::array::from_fn(|bank| {
+            load(
+                &include_str!("claim.sql")
+                    .replace("{bank_slots}", &ring::bank_slots(bank))
+                    .replace("{delete_picked}", &ring::delete_picked(bank)),
+            )
+        });
         let queries: &'static Queries = Box::leak(Box::new(Queries {
             schema: leak(schema.to_string()),
             pooled,
@@ -241,6 +241,7 @@ impl Queries {
             job_finished_channel: leak(format!("{schema}.job_finished")),
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
             queue_changed_channel: leak(format!("{schema}.queue_changed")),
+            ring_channel: leak(format!("{schema}.ring")),
             insert_jobs: load(include_str!("insert_jobs.sql")),
             insert_job: load(include_str!("insert_job.sql")),
             notify: load(include_str!("notify.sql")),
@@ -251,8 +252,7 @@ impl Queries {
             fetch_state: load(include_str!("fetch_state.sql")),
             fetch_state_anywhere: load(include_str!("fetch_state_anywhere.sql")),
             promote: load(include_str!("promote.sql")),
-            claim: load(include_str!("claim.sql")),
-            claim_floors: load(include_str!("claim_floors.sql")),
+            claim,
             complete: load(include_str!("complete.sql")),
             heartbeat: load(include_str!("heartbeat.sql")),
             count_leases_lost: load(include_str!("count_leases_lost.sql")),
@@ -261,7 +261,7 @@ impl Queries {
             rescue: load(include_str!("rescue.sql")),
             settle_claims: load("SELECT conveyor_internal.settle_claims($1)"),
             settle_expired_claims: load("SELECT conveyor_internal.settle_expired_claims($1::int)"),
-            rotate_ready: load(include_str!("rotate_ready.sql")),
+            rotate_ring: load(include_str!("rotate_ring.sql")),
             ring_blocker: load(include_str!("ring_blocker.sql")),
             after_finish: load(include_str!("after_finish.sql")),
             spawn: load(include_str!("spawn.sql")),
@@ -319,10 +319,10 @@ impl Queries {
     }
 }
 
-/// The claim statements, `(claim, claim_floors)` (for tests that read what
-/// a claim costs).
-pub(crate) fn claim_statements(q: &Queries) -> (&'static str, &'static str) {
-    (q.claim, q.claim_floors)
+/// The claim statement for each bank of the ready ring (for tests that read
+/// what a claim costs).
+pub(crate) fn claim_statements(q: &Queries) -> [&'static str; ring::READY_BANKS] {
+    q.claim
 }
 
 fn parse_state(s: &str) -> Result<JobState> {

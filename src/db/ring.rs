@@ -1,16 +1,29 @@
-//! SQL written out per slot of the ready ring (`conveyor.ready_0` to `_7`,
-//! migration V3): the claims' statements name each slot, so that each slot
-//! is read and written by a plan of its own (see `claim.sql` and
-//! `claim_floors.sql` for why).
+//! SQL written out per slot of the ready ring (`conveyor.ready`, migrations
+//! V3 and V16): the claim names each slot of the bank it reads, so that each
+//! slot is read and written by a plan of its own (see `claim.sql` for why).
 
-/// Slots of the ready ring (the same number as in
-/// `conveyor_internal.ready_slot()` and `rotate_ready()`).
+/// Slots in a bank of the ready ring (the same number as in
+/// `conveyor_internal.ready_slot()` and `rotate_ring()`).
 pub(crate) const READY_SLOTS: usize = 8;
 
-/// `claim.sql`'s deletion of the ring rows it picked: CTEs `taken_<k>`,
-/// one TID scan per slot, then `taken` as their union.
-pub(super) fn delete_picked() -> String {
-    let deletes: Vec<String> = (0..READY_SLOTS)
+/// Banks a claim statement is prepared for: `rotate_ring()`'s default
+/// `max_banks` (bank 0, and the banks used while long transactions hold
+/// others: `docs/storage.md`).
+pub(crate) const READY_BANKS: usize = 4;
+
+/// The first and last slot of `bank`, for `claim.sql`'s `{bank_slots}`
+/// (constants, so the plan reads that bank's tables only).
+pub(super) fn bank_slots(bank: usize) -> String {
+    let first = bank * READY_SLOTS;
+    format!("{first} AND {}", first + READY_SLOTS - 1)
+}
+
+/// `claim.sql`'s deletion of the ring rows it picked in `bank`: CTEs
+/// `taken_<k>`, one TID scan per slot, then `taken` as their union.
+pub(super) fn delete_picked(bank: usize) -> String {
+    let slots = (0..READY_SLOTS).map(|k| bank * READY_SLOTS + k);
+    let deletes: Vec<String> = slots
+        .clone()
         .map(|k| {
             format!(
                 "taken_{k} AS (DELETE FROM conveyor.ready_{k} \
@@ -18,67 +31,12 @@ pub(super) fn delete_picked() -> String {
             )
         })
         .collect();
-    let union: Vec<String> = (0..READY_SLOTS)
+    let union: Vec<String> = slots
         .map(|k| format!("SELECT job_id FROM taken_{k}"))
         .collect();
     format!(
         "{}\ntaken AS ({})",
         deletes.join("\n"),
-        union.join(" UNION ALL ")
-    )
-}
-
-/// `claim_floors.sql`'s candidates: per slot, the head of the queue's rows
-/// after this worker's floor for that slot (none for the current slot, or
-/// for one current since the floor was taken), as a UNION ALL.
-pub(super) fn candidates() -> String {
-    let branches: Vec<String> = (0..READY_SLOTS)
-        .map(|k| {
-            let i = k + 1;
-            // The floor holds until slot k is current again: the first
-            // second after $11[i] that is k modulo the slot count.
-            let valid = format!(
-                "($11[{i}] IS NOT NULL AND {k} <> (SELECT slot FROM now_slot) \
-                 AND (SELECT second FROM now_slot) < $11[{i}] + ((({k} - $11[{i}]) % {n} + {n}) % {n}))",
-                n = READY_SLOTS
-            );
-            format!(
-                "(SELECT {k}::smallint AS slot, ctid, -(priority::bigint) AS np, run_at, job_id \
-                 FROM conveyor.ready_{k} \
-                 WHERE queue = $1 AND task = ANY($2) AND run_at <= now() \
-                 AND (-(priority::bigint), run_at, job_id) > ( \
-                     coalesce(CASE WHEN {valid} THEN $8[{i}] END, -9223372036854775808), \
-                     coalesce(CASE WHEN {valid} THEN $9[{i}] END, '-infinity'::timestamptz), \
-                     coalesce(CASE WHEN {valid} THEN $10[{i}] END, '00000000-0000-0000-0000-000000000000'::uuid)) \
-                 ORDER BY -(priority::bigint), run_at, job_id \
-                 LIMIT (SELECT n FROM room))"
-            )
-        })
-        .collect();
-    branches.join("\nUNION ALL\n")
-}
-
-/// `claim_floors.sql`'s locking and deletion of the candidates, per slot:
-/// CTEs `locked_<k>` (SKIP LOCKED by address) and `taken_<k>`, then
-/// `taken` as their union, with each row's slot and claim key.
-pub(super) fn lock_and_take() -> String {
-    let per_slot: Vec<String> = (0..READY_SLOTS)
-        .map(|k| {
-            format!(
-                "locked_{k} AS (SELECT ctid FROM conveyor.ready_{k} \
-                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM cand WHERE slot = {k})) FOR UPDATE SKIP LOCKED),\n\
-                 taken_{k} AS (DELETE FROM conveyor.ready_{k} \
-                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM locked_{k})) \
-                 RETURNING {k}::smallint AS slot, job_id, -(priority::bigint) AS np, run_at),"
-            )
-        })
-        .collect();
-    let union: Vec<String> = (0..READY_SLOTS)
-        .map(|k| format!("SELECT slot, job_id, np, run_at FROM taken_{k}"))
-        .collect();
-    format!(
-        "{}\ntaken AS ({})",
-        per_slot.join("\n"),
         union.join(" UNION ALL ")
     )
 }

@@ -1,7 +1,9 @@
 //! The ready ring's rotator: empties sealed slots of `conveyor.ready` with
-//! TRUNCATE (`conveyor_internal.rotate_ready()`), so the dead index entries
-//! that claims leave behind never pile up, even while another session holds
-//! a snapshot that keeps VACUUM from removing anything.
+//! TRUNCATE, so the dead index entries that claims leave behind never pile
+//! up, even while another session holds a snapshot that keeps VACUUM from
+//! removing anything; and moves the ring to another bank of slots while a
+//! long transaction holds slots of the current one, as `pg_dump` does for
+//! its whole run (`conveyor_internal.rotate_ring()`, migration V16).
 //!
 //! Every worker runs this loop, a few times per slot length (one second), so
 //! a slot is emptied soon after it is sealed and drained; one process at a
@@ -9,11 +11,9 @@
 //! taken under an ACCESS EXCLUSIVE lock waited for at most 5 ms, and skipped
 //! without waiting when it is already empty or a long transaction holds it.
 //!
-//! Every couple of seconds it also looks for such a holder (a pg_dump, a
-//! session that read the ring and stayed in its transaction): while there is
-//! one, no slot can be emptied, and the worker's claims start each sealed
-//! slot after where they stopped last (`claim_floors.sql`) instead of
-//! walking its dead entries again.
+//! Each pass returns the current bank, which this worker's claims then read
+//! (a change is also announced on the channel `<schema>.ring`, which the
+//! worker's listener hears at once).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,58 +22,55 @@ use crate::client::Client;
 use crate::db;
 use crate::supervise::Checkpoint;
 
-/// Told whether a long transaction holds the ring (checked every couple of
-/// seconds): the worker's claims use floors while it does.
-pub(crate) type RingHeld = Arc<dyn Fn(bool) + Send + Sync>;
+/// Where the rotator reports what it finds (the worker's health, which its
+/// claims read the bank from).
+pub(crate) trait RingWatch: Send + Sync {
+    /// The bank claims read now.
+    fn bank(&self) -> usize;
+    /// The ring is at `bank` now.
+    fn set_bank(&self, bank: usize);
+    /// A long transaction holds slots of the ring (`held`), of its current
+    /// bank too (`stuck`).
+    fn set_held(&self, held: bool, stuck: bool);
+}
 
 /// How often a worker tries to empty sealed slots.
 pub(crate) const EVERY: Duration = Duration::from_millis(250);
 
-/// A transaction holding the ring longer than this makes claims use floors
-/// (see [`RingHeld`]), looked for this often.
+/// How often it looks for the transaction holding the current bank, to
+/// name it in a warning, while the ring is stuck.
 const HOLDER_AGE: Duration = Duration::from_secs(2);
 
-/// A holder this old is reported (a warning, once per process).
+/// A holder this old is reported (a warning, once per process and holder).
 const REPORT_AGE: f64 = 30.0;
 
-pub(crate) async fn run(client: Client, ring_held: RingHeld, checkpoint: Checkpoint) {
+pub(crate) async fn run(client: Client, health: Arc<dyn RingWatch>, checkpoint: Checkpoint) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
-    let mut next_look = tokio::time::Instant::now() + HOLDER_AGE;
+    let mut next_look = tokio::time::Instant::now();
     let mut reported: Option<i32> = None;
+    let mut stuck = false;
     loop {
         tick.tick().await;
         checkpoint();
         let inner = &client.inner;
-        if tokio::time::Instant::now() >= next_look {
-            next_look += HOLDER_AGE;
-            let holder =
-                db::ring_blocker(&inner.pool, inner.queries, HOLDER_AGE.as_secs_f64()).await;
-            if let Ok(found) = &holder {
-                ring_held(found.is_some());
-            }
-            match holder {
-                Ok(Some((pid, who, secs))) if secs >= REPORT_AGE && reported != Some(pid) => {
-                    reported = Some(pid);
-                    tracing::warn!(
-                        pid,
-                        who,
-                        secs,
-                        "conveyor: a transaction has held the ready ring (conveyor.ready) for a long time: \
-                         its slots cannot be emptied and claims slow down until it ends (a pg_dump? see README, \
-                         \"Indexes and upkeep\")"
+        match db::rotate_ring(&inner.pool, inner.queries).await {
+            Ok(pass) => {
+                if pass.bank != health.bank() {
+                    tracing::info!(
+                        bank = pass.bank,
+                        "conveyor: the ready ring moved to another bank of slots (a long transaction, \
+                         such as a pg_dump, holds or held the previous one)"
                     );
+                    health.set_bank(pass.bank);
                 }
-                Ok(Some(_)) => {}
-                Ok(None) => reported = None,
-                Err(error) => tracing::debug!(%error, "conveyor: cannot look for ring blockers"),
-            }
-        }
-        match db::rotate_ready(&inner.pool, inner.queries).await {
-            Ok(emptied) => {
-                if emptied > 0 {
-                    tracing::trace!(emptied, "conveyor: emptied ready-ring slots");
+                if let (Some(held), Some(now_stuck)) = (pass.held, pass.stuck) {
+                    health.set_held(held, now_stuck);
+                    stuck = now_stuck;
+                }
+                if pass.emptied > 0 {
+                    tracing::trace!(emptied = pass.emptied, "conveyor: emptied ready-ring slots");
                 }
                 failing = false;
             }
@@ -83,6 +80,29 @@ pub(crate) async fn run(client: Client, ring_held: RingHeld, checkpoint: Checkpo
                 tracing::warn!(%error, "conveyor: cannot rotate the ready ring");
             }
             Err(_) => {}
+        }
+        if !stuck {
+            reported = None;
+            continue;
+        }
+        if tokio::time::Instant::now() < next_look {
+            continue;
+        }
+        next_look = tokio::time::Instant::now() + HOLDER_AGE;
+        match db::ring_blocker(&inner.pool, inner.queries, REPORT_AGE).await {
+            Ok(Some((pid, who, secs))) if reported != Some(pid) => {
+                reported = Some(pid);
+                tracing::warn!(
+                    pid,
+                    who,
+                    secs,
+                    "conveyor: a long transaction holds the ready ring's current bank of slots and no \
+                     other bank is free: its slots cannot be emptied and claims slow down until it \
+                     ends (see README, \"Indexes and upkeep\")"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "conveyor: cannot look for ring blockers"),
         }
     }
 }

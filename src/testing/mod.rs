@@ -107,11 +107,13 @@ pub async fn perform<T: Task>(task: &T, args: T::Args) -> Result<T::Output, Task
     task.run(context(T::NAME), args).await
 }
 
-/// The texts of the worker's two claim statements for `client`'s schema,
-/// `(claim, claim_floors)`, as the worker sends them: for Conveyor's own
-/// tests that measure what a claim reads (`EXPLAIN (ANALYZE, BUFFERS)`).
-/// Not a stable interface.
+/// The text of the worker's claim statement for `client`'s schema and bank
+/// `bank` of the ready ring (`conveyor.ready_bank`; 0 unless a long
+/// transaction holds slots of the ring), as the worker sends it: for
+/// Conveyor's own tests that measure what a claim reads (`EXPLAIN (ANALYZE,
+/// BUFFERS)`). Not a stable interface.
 #[doc(hidden)]
-pub fn claim_statements(client: &Client) -> (&'static str, &'static str) {
-    db::claim_statements(client.inner.queries)
+pub fn claim_statement(client: &Client, bank: usize) -> &'static str {
+    let all = db::claim_statements(client.inner.queries);
+    all[bank.min(all.len() - 1)]
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 
@@ -106,10 +106,15 @@ pub struct WorkerHealth {
     /// or holding ahead, and passed on (the handler's `ctx.cancelled()`
     /// resolved, or the held job ended cancelled without starting).
     pub cancels_received: u64,
-    /// A transaction has held the ready ring for a while (a `pg_dump`?): no
-    /// slot can be emptied, and this worker's claims start each sealed slot
-    /// after where they stopped instead of walking its dead entries.
+    /// A transaction has held slots of the ready ring for more than a
+    /// second (a `pg_dump`?): they cannot be emptied, so the ring moved to
+    /// another bank of slots (`conveyor.ready_bank`) while it lasts.
     pub ring_held: bool,
+    /// It holds the ring's current bank too: no other bank was free, and
+    /// claims slow down until it ends (README, "Indexes and upkeep").
+    pub ring_stuck: bool,
+    /// The bank of the ready ring this worker's claims read.
+    pub ring_bank: usize,
 }
 
 /// The live counters behind [`WorkerHealth`], shared by the worker's tasks.
@@ -128,6 +133,8 @@ pub(crate) struct Health {
     undecodable: AtomicU64,
     cancels: AtomicU64,
     ring_held: AtomicBool,
+    ring_stuck: AtomicBool,
+    ring_bank: AtomicUsize,
     /// Tasks told to panic at their next checkpoint (a test hook).
     faults: Mutex<Vec<WorkerTask>>,
     #[cfg(feature = "metrics")]
@@ -166,7 +173,9 @@ impl Health {
             leases_lost_unrecorded: self.leases_lost_unrecorded.load(Ordering::Relaxed),
             undecodable_jobs: self.undecodable.load(Ordering::Relaxed),
             cancels_received: self.cancels.load(Ordering::Relaxed),
-            ring_held: self.ring_held(),
+            ring_held: self.ring_held.load(Ordering::Relaxed),
+            ring_stuck: self.ring_stuck.load(Ordering::Relaxed),
+            ring_bank: self.ring_bank(),
         }
     }
 
@@ -227,13 +236,21 @@ impl Health {
         self.undecodable.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// Whether a long transaction holds the ready ring (set by the rotator).
-    pub(crate) fn ring_held(&self) -> bool {
-        self.ring_held.load(Ordering::Relaxed)
+    /// Whether a long transaction holds slots of the ready ring, and slots
+    /// of its current bank (set by the rotator).
+    pub(crate) fn set_ring_held(&self, held: bool, stuck: bool) {
+        self.ring_held.store(held, Ordering::Relaxed);
+        self.ring_stuck.store(stuck, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_ring_held(&self, held: bool) {
-        self.ring_held.store(held, Ordering::Relaxed);
+    /// The bank of the ready ring to claim from (set by the rotator, and by
+    /// the listener when the ring announces a change).
+    pub(crate) fn ring_bank(&self) -> usize {
+        self.ring_bank.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_ring_bank(&self, bank: usize) {
+        self.ring_bank.store(bank, Ordering::Relaxed);
     }
 
     /// A cancellation request reached `n` of this worker's claims.
@@ -269,4 +286,18 @@ impl Health {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl crate::maintenance::rotator::RingWatch for Health {
+    fn bank(&self) -> usize {
+        self.ring_bank()
+    }
+
+    fn set_bank(&self, bank: usize) {
+        self.set_ring_bank(bank);
+    }
+
+    fn set_held(&self, held: bool, stuck: bool) {
+        self.set_ring_held(held, stuck);
+    }
 }

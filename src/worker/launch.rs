@@ -136,6 +136,7 @@ impl WorkerBuilder {
                 q.job_ready_channel,
                 q.job_cancel_channel,
                 q.queue_changed_channel,
+                q.ring_channel,
             ];
             let on_event = move |event: ListenEvent<'_>| {
                 health.checkpoint(WorkerTask::Listener);
@@ -152,6 +153,17 @@ impl WorkerBuilder {
                     {
                         refresh.store(true, Ordering::Relaxed);
                         wake.notify_one();
+                    }
+                    // The ready ring moved to another bank: claim from it
+                    // now (the rows of the old one were carried there).
+                    ListenEvent::Notification { channel, payload } if channel == q.ring_channel => {
+                        match payload.parse::<usize>() {
+                            Ok(bank) if bank < db::READY_BANKS => {
+                                health.set_ring_bank(bank);
+                                wake.notify_one();
+                            }
+                            _ => tracing::debug!(payload, "conveyor: ignoring a ring payload"),
+                        }
                     }
                     event => {
                         if matches!(event, ListenEvent::Gap) {
@@ -214,17 +226,14 @@ impl WorkerBuilder {
         };
         let rotator = {
             let client = client.clone();
-            let held: crate::maintenance::rotator::RingHeld = {
-                let health = health.clone();
-                Arc::new(move |held| health.set_ring_held(held))
-            };
+            let health: Arc<dyn crate::maintenance::rotator::RingWatch> = health.clone();
             let checkpoint = checkpoint(WorkerTask::Rotator);
             tokio::spawn(supervise(
                 "rotator",
                 move || {
                     crate::maintenance::rotator::run(
                         client.clone(),
-                        held.clone(),
+                        health.clone(),
                         checkpoint.clone(),
                     )
                 },
@@ -309,7 +318,6 @@ impl WorkerBuilder {
             promote,
             refresh_queues,
             limited: Vec::new(),
-            floors: Default::default(),
             plan: QueuePlan::new(self.weights),
             claim_ahead: self.claim_ahead,
             pace: Pace::new(tokio::time::Instant::now()),

@@ -55,9 +55,6 @@ pub(crate) struct Producer {
     pub refresh_queues: Arc<AtomicBool>,
     /// Queues with a global concurrency limit (claimed under the queue's lock).
     pub limited: Vec<String>,
-    /// Per queue: this worker's floors in the ring, and when it last read
-    /// every slot from its head.
-    pub floors: HashMap<String, (db::RingFloors, Instant)>,
     /// Which queue to ask first.
     pub plan: QueuePlan,
     /// Most jobs held claimed ahead of free slots (see [`ahead`]).
@@ -226,9 +223,7 @@ impl Producer {
                 if take == 0 {
                     continue;
                 }
-                let queue = self.queues[queue].clone();
-                let floors = self.floors_for(&queue);
-                let queue = &queue;
+                let queue = &self.queues[queue];
                 let inner = &self.client.inner;
                 let claim = db::Claim {
                     queue,
@@ -237,17 +232,12 @@ impl Producer {
                     lease_secs: self.lease.as_secs_f64(),
                     worker_id: &self.worker_id,
                     limited: self.limited.contains(queue),
-                    floors: floors.as_ref(),
+                    bank: self.limits.health.ring_bank(),
                 };
                 // The leases run from before the claim was sent: never
                 // later, by this process's clock, than in the database.
                 let sent = Instant::now();
-                let mut claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
-                if let (Some(after), Some((kept, _))) =
-                    (claimed.floors.take(), self.floors.get_mut(queue))
-                {
-                    *kept = after;
-                }
+                let claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
                 if let Some(until) = claimed.rate_limited_until {
                     // Come back when the rate window reopens.
                     // At least 10 ms: clocks of worker and database may differ.
@@ -275,28 +265,6 @@ impl Producer {
                 *maybe_work = false;
             }
         }
-    }
-
-    /// The floors to claim `queue` with: none while nobody holds the ring
-    /// (and any kept are dropped); while one does, this worker's, reset to
-    /// none (every slot read from its head) once per safety interval to
-    /// pick up rows a floor passed over.
-    fn floors_for(&mut self, queue: &str) -> Option<db::RingFloors> {
-        // Set by the rotator while a long transaction holds the ready ring.
-        if !self.limits.health.ring_held() {
-            self.floors.clear();
-            return None;
-        }
-        let now = Instant::now();
-        let (floors, swept) = self
-            .floors
-            .entry(queue.to_string())
-            .or_insert_with(|| (db::RingFloors::default(), now));
-        if now.duration_since(*swept) >= self.safety_interval {
-            *floors = db::RingFloors::default();
-            *swept = now;
-        }
-        Some(floors.clone())
     }
 
     /// Fails claimed jobs whose row cannot be decoded, each with its reason:

@@ -290,7 +290,7 @@ enum Operator {
 async fn claims_meeting(operator: Operator) {
     const JOBS: usize = 200;
     let db = TestDb::new().await;
-    let (claim, _) = conveyor::testing::claim_statements(&db.client);
+    let claim = conveyor::testing::claim_statement(&db.client, 0);
     let mut claimer: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
     let mut canceller: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
     let counted_before = deadlocks(&db.pool).await;

@@ -50,25 +50,16 @@ async fn ring(pool: &PgPool) -> Vec<(uuid::Uuid, i32)> {
     .unwrap()
 }
 
-/// Shared buffers the worker's real claim statement touches, by `EXPLAIN
-/// (ANALYZE, BUFFERS)`, in a transaction rolled back: `claim.sql`, or with
-/// `floors` (one key for every slot: `np`, `run_at`, `job_id`, taken in
-/// second `second`) `claim_floors.sql`.
-async fn claim_buffers(
-    db: &TestDb,
-    floors: Option<(i64, chrono::DateTime<chrono::Utc>, uuid::Uuid)>,
-) -> (u64, String) {
-    claim_buffers_limited(db, floors, None).await
+/// Shared buffers the worker's real claim statement for `bank` touches, by
+/// `EXPLAIN (ANALYZE, BUFFERS)`, in a transaction rolled back.
+async fn claim_buffers(db: &TestDb, bank: usize) -> (u64, String) {
+    claim_buffers_limited(db, bank, None).await
 }
 
 /// [`claim_buffers`] for a queue whose global concurrency limit is
 /// `limit` (the claim's `$6`).
-async fn claim_buffers_limited(
-    db: &TestDb,
-    floors: Option<(i64, chrono::DateTime<chrono::Utc>, uuid::Uuid)>,
-    limit: Option<i32>,
-) -> (u64, String) {
-    let (claim, claim_floors) = conveyor::testing::claim_statements(&db.client);
+async fn claim_buffers_limited(db: &TestDb, bank: usize, limit: Option<i32>) -> (u64, String) {
+    let claim = conveyor::testing::claim_statement(&db.client, bank);
     let mut conn = PgConnection::connect(&db.url()).await.unwrap();
     let mut tx = conn.begin().await.unwrap();
     if limit.is_some() {
@@ -80,41 +71,18 @@ async fn claim_buffers_limited(
             .unwrap();
     }
     let limit = limit.map_or("NULL".to_string(), |l| l.to_string());
-    let plan: Vec<String> = match floors {
-        None => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "PREPARE claim_now(text, text[], bigint, float8, text, int, int) AS {claim}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{{noop}}', 10, 30, 'w', {limit}, NULL)"
-            )))
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap()
-        }
-        Some((np, run_at, job_id)) => {
-            let second = "floor(extract(epoch FROM statement_timestamp()))::bigint";
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "PREPARE claim_now(text, text[], bigint, float8, text, int, int,
-                                   bigint[], timestamptz[], uuid[], bigint[]) AS {claim_floors}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{{noop}}', 10, 30, 'w', {limit}, NULL,
-                     array_fill({np}::bigint, ARRAY[8]), array_fill('{run_at}'::timestamptz, ARRAY[8]),
-                     array_fill('{job_id}'::uuid, ARRAY[8]),
-                     array_fill({second}, ARRAY[8]))"
-            )))
-            .fetch_all(&mut *tx)
-            .await
-            .unwrap()
-        }
-    };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "PREPARE claim_now(text, text[], bigint, float8, text, int, int) AS {claim}"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_now('default', '{{noop}}', 10, 30, 'w', {limit}, NULL)"
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
     tx.rollback().await.unwrap();
     let plan = plan.join("\n");
     // The top node's line counts every buffer below it.
@@ -123,11 +91,9 @@ async fn claim_buffers_limited(
 }
 
 /// The pages a claim's plan read in the ready ring alone: the CTE that
-/// picks the jobs (`picked` in claim.sql, `cand` in claim_floors.sql).
+/// picks the jobs (`picked` in claim.sql).
 fn ring_pages(plan: &str) -> u64 {
-    let mut lines = plan
-        .lines()
-        .skip_while(|l| !matches!(l.trim(), "CTE picked" | "CTE cand"));
+    let mut lines = plan.lines().skip_while(|l| l.trim() != "CTE picked");
     lines.find_map(shared_pages).unwrap_or(u64::MAX)
 }
 
@@ -164,7 +130,7 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
         .await
         .unwrap()
         .id();
-    let (buffers, plan) = claim_buffers(&db, None).await;
+    let (buffers, plan) = claim_buffers(&db, 0).await;
     assert!(buffers < 300, "the claim touched {buffers} pages:\n{plan}");
     assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
     // The horizon was held all along: VACUUM could not remove the old
@@ -234,7 +200,7 @@ async fn a_limited_claim_reads_only_live_claims_while_a_snapshot_is_held() {
     .await
     .unwrap();
     // A limit of 4: one more may start (3 live), not none (3 + 2).
-    let (buffers, plan) = claim_buffers_limited(&db, None, Some(4)).await;
+    let (buffers, plan) = claim_buffers_limited(&db, 0, Some(4)).await;
     // The top node's actual rows: the jobs claimed.
     let claimed = plan
         .lines()
@@ -499,13 +465,25 @@ async fn rebuild_ready_repairs_rows_written_with_triggers_off() {
     assert_eq!(again, 0, "nothing left to repair");
 }
 
-/// `pg_dump` locks every slot of the ring for its whole run, so none can be
-/// emptied and the claims' dead entries stay. While such a holder is seen,
-/// workers claim from each sealed slot after where they stopped
-/// (`claim_floors.sql`): after 20,000 jobs, a claim that starts at the
-/// heads walks every dead entry, one with floors reads a few pages.
+/// The ring's current bank (`conveyor.ready_bank`, migration V16).
+async fn bank(pool: &PgPool) -> i16 {
+    sqlx::query_scalar("SELECT bank FROM conveyor.ready_bank")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// `pg_dump` locks every slot of the ring for its whole run, so none could
+/// be emptied: every claim walked the dead entries of every job claimed
+/// since the dump began, and at 1,500 jobs/s the queue collapsed about 150 s
+/// into a real dump (issue 31). A lock covers only the tables there when it
+/// was taken: the ring moves to a new bank of slots, which the holder does
+/// not hold and which is emptied as usual. After 20,000 jobs a claim reads
+/// a handful of ring pages (on one bank, it walked the dead entries of all
+/// 20,000), and once the holder is gone the ring goes back to bank 0 and
+/// the other bank is dropped.
 #[tokio::test]
-async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
+async fn while_a_dump_holds_the_ring_claims_use_another_bank() {
     let db = TestDb::new().await;
     let mut dump = PgConnection::connect(&db.url()).await.unwrap();
     sqlx::raw_sql(
@@ -515,8 +493,27 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
     .await
     .unwrap();
     let worker = start(&db);
-    eventually(WAIT, "the worker sees the ring held", || async {
-        worker.health().ring_held.then_some(())
+    eventually(WAIT, "the ring on another bank", || async {
+        (bank(&db.pool).await != 0).then_some(())
+    })
+    .await;
+    let held_by: Option<String> = sqlx::query_scalar("SELECT held_by FROM conveyor.ready_bank")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let dump_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut dump)
+        .await
+        .unwrap();
+    assert!(
+        held_by
+            .as_deref()
+            .is_some_and(|h| h.starts_with(&format!("pid {dump_pid} "))),
+        "held_by {held_by:?}, the dump is pid {dump_pid}"
+    );
+    eventually(WAIT, "the worker on the new bank", || async {
+        let health = worker.health();
+        (health.ring_bank == 1 && health.ring_held && !health.ring_stuck).then_some(())
     })
     .await;
     for _ in 0..20 {
@@ -530,61 +527,62 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
         (count_jobs(&db.pool, "state = 'success'").await == 20_000).then_some(())
     })
     .await;
-    assert!(ring_bytes(&db.pool).await > 0, "no slot could be emptied");
+    eventually(WAIT, "the new bank's slots emptied", || async {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(pg_relation_size(i.inhrelid)), 0)::bigint FROM pg_inherits i
+             JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'conveyor.ready'::regclass AND c.relname IN
+                 ('ready_8', 'ready_9', 'ready_10', 'ready_11', 'ready_12', 'ready_13', 'ready_14', 'ready_15')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (bytes == 0).then_some(())
+    })
+    .await;
     worker.shutdown(WAIT).await.unwrap();
     db.client
         .enqueue(NewJob::new("noop", json!({})))
         .await
         .unwrap();
-    // Floors where the worker's would be: past every job done, in every
-    // slot (the new job is in the current slot, which is always read from
-    // its head).
-    let (np, run_at, job_id): (i64, chrono::DateTime<chrono::Utc>, uuid::Uuid) = sqlx::query_as(
-        "SELECT -(priority::bigint), run_at, id
-             FROM conveyor.jobs WHERE state = 'success'
-             ORDER BY -(priority::bigint) DESC, run_at DESC, id DESC LIMIT 1",
+    let (buffers, plan) = claim_buffers(&db, 1).await;
+    assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
+    let pages = ring_pages(&plan);
+    assert!(pages < 30, "the claim read {pages} ring pages:\n{plan}");
+    eprintln!("claim after 20,000 jobs with the ring held: {pages} ring pages ({buffers} in all)");
+    sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
+    // Back to bank 0 once nobody holds it; the other bank dropped once the
+    // ring has left it (here at once, instead of after a minute).
+    let (back, _): (i16, i32) = sqlx::query_as(
+        "SELECT current_bank, emptied FROM conveyor_internal.rotate_ring(retire_after => '0')",
     )
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    // The current slot is always read from its head, and while the ring is
-    // held it keeps the dead entries of every round it was current in (about
-    // an eighth of them: storage.md, "Open points"). So measure both claims
-    // within one second in which the smallest slot is current: what is left
-    // is what the floors save on the sealed slots.
-    let current_slot = || async {
-        sqlx::query_scalar::<_, i16>("SELECT conveyor_internal.ready_slot()")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap()
-    };
-    let smallest: i16 = sqlx::query_scalar(
-        "SELECT substr(c.relname, 7)::smallint FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = 'conveyor.ready'::regclass
-         ORDER BY pg_relation_size(i.inhrelid), c.relname LIMIT 1",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    let (heads, floored, plan) = eventually(WAIT, "both claims measured in one second", || async {
-        if current_slot().await != smallest {
-            return None;
-        }
-        let (_, heads) = claim_buffers(&db, None).await;
-        let (_, plan) = claim_buffers(&db, Some((np, run_at, job_id))).await;
-        let (heads, floored) = (ring_pages(&heads), ring_pages(&plan));
-        (current_slot().await == smallest).then_some((heads, floored, plan))
+    assert_eq!(back, 0);
+    let slots: Vec<String> = eventually(WAIT, "the other bank dropped", || async {
+        let _ = sqlx::query("SELECT FROM conveyor_internal.rotate_ring(retire_after => '0')")
+            .execute(&db.pool)
+            .await;
+        let slots: Vec<String> = sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = 'conveyor.ready'::regclass ORDER BY 1",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        (slots.len() == 8).then_some(slots)
     })
     .await;
-    eprintln!(
-        "claim after 20,000 jobs with the ring held: {heads} ring pages from the heads, {floored} with floors"
+    assert_eq!(
+        slots,
+        (0..8).map(|k| format!("ready_{k}")).collect::<Vec<_>>()
     );
-    assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
-    assert!(
-        floored * 4 < heads,
-        "with floors {floored} pages, from the heads {heads}:\n{plan}"
-    );
-    sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
+    let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT job_id FROM conveyor.ready")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1, "the job enqueued last is still runnable");
 }
 
 /// Ring tuples read so far (index entries and sequential reads of every
@@ -649,4 +647,59 @@ async fn a_pending_job_leaves_the_ring_without_reading_its_backlog() {
         read_after - read
     );
     assert_eq!(ring(&db.pool).await.len(), 1_999);
+}
+
+/// A row left in a bank the ring has moved away from (a straggler: an
+/// enqueue that computed its slot before the switch and committed after) is
+/// out of the claims' sight until the rotation carries it into the current
+/// bank; it then wakes the workers of its queue, as an enqueue does. Without
+/// that, an idle worker saw it only after its safety interval (90 s).
+#[tokio::test]
+async fn a_row_carried_from_another_bank_wakes_its_queue() {
+    let db = TestDb::new().await;
+    let rotate = "SELECT current_bank, emptied FROM conveyor_internal.rotate_ring(hold_age => '0')";
+    let mut reader = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT count(*) FROM conveyor.ready;")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let (now, _): (i16, i32) = sqlx::query_as(rotate).fetch_one(&db.pool).await.unwrap();
+    assert_eq!(now, 1, "the ring left the held bank");
+    let id = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})).queue("late"))
+        .await
+        .unwrap()
+        .id();
+    // Its ring row, put back in the held bank by hand.
+    sqlx::query(
+        "WITH gone AS (DELETE FROM conveyor.ready WHERE job_id = $1 RETURNING *)
+         INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
+         SELECT 3, queue, priority, run_at, job_id, task FROM gone",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url())
+        .await
+        .unwrap();
+    listener.listen("conveyor.job_ready").await.unwrap();
+    sqlx::query(rotate).execute(&db.pool).await.unwrap();
+    let note = tokio::time::timeout(WAIT, listener.recv())
+        .await
+        .expect("a job_ready notification")
+        .unwrap();
+    let payload: Value = serde_json::from_str(note.payload()).unwrap();
+    assert_eq!(payload["queue"], "late");
+    let slot: i16 = sqlx::query_scalar("SELECT slot FROM conveyor.ready WHERE job_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(slot / 8, 1, "carried into the current bank");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut reader)
+        .await
+        .unwrap();
 }

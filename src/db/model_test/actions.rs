@@ -34,9 +34,6 @@ impl Run {
         let pending = self.model.ids_in(&[JobState::Pending]);
         let name = self.model.names[w].clone();
         let tasks = [TASK.to_string()];
-        // Half the claims start each sealed ring slot after this worker's
-        // floor there (as while a long transaction holds the ring).
-        let floors = (self.rng.below(2) == 0).then(|| self.floors[w].clone());
         let claim = Claim {
             queue: "default",
             tasks: &tasks,
@@ -44,15 +41,11 @@ impl Run {
             lease_secs: 60.0,
             worker_id: &name,
             limited: false,
-            floors: floors.as_ref(),
+            bank: self.bank,
         };
-        let mut claimed = db::claim(&self.client.inner.pool, self.q(), &claim)
+        let claimed = db::claim(&self.client.inner.pool, self.q(), &claim)
             .await
             .unwrap();
-        if let Some(after) = claimed.floors.take() {
-            *self.seen.entry("claims with floors").or_default() += 1;
-            self.floors[w] = after;
-        }
         let at = self.at();
         assert!(claimed.undecodable.is_empty(), "{at}");
         assert_eq!(
@@ -339,5 +332,65 @@ impl Run {
             }
         }
         assert_eq!(promoted.promoted, expected, "{}: promoted", self.at());
+    }
+}
+
+impl Run {
+    /// Opens a transaction that locks the current bank's slot tables, as a
+    /// pg_dump does for its whole run, or ends the one open.
+    pub(super) async fn hold_ring(&mut self) {
+        use sqlx::Connection;
+        if let Some(mut holder) = self.holder.take() {
+            sqlx::raw_sql("ROLLBACK")
+                .execute(&mut holder)
+                .await
+                .unwrap();
+            return;
+        }
+        let mut holder =
+            sqlx::PgConnection::connect_with(&self.client.inner.pool.connect_options())
+                .await
+                .unwrap();
+        let tables: Vec<String> = (0..8)
+            .map(|k| format!("conveyor.ready_{}", self.bank * 8 + k))
+            .collect();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; LOCK TABLE {} IN ACCESS SHARE MODE",
+            tables.join(", ")
+        )))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+        *self.seen.entry("ring held").or_default() += 1;
+        self.holder = Some(holder);
+    }
+
+    /// One pass of the ring's upkeep, counting any lock as a long
+    /// transaction's and dropping left banks at once: while the current
+    /// bank is held, the ring moves to another, and every runnable row
+    /// ends up in the current bank.
+    pub(super) async fn rotate_ring(&mut self) {
+        let at = self.at();
+        let (bank, held, stuck): (i16, Option<bool>, Option<bool>) = sqlx::query_as(
+            "SELECT current_bank, held, stuck FROM conveyor_internal.rotate_ring(
+                 hold_age => '0', retire_after => '0')",
+        )
+        .fetch_one(&self.client.inner.pool)
+        .await
+        .unwrap();
+        assert_eq!(held, Some(self.holder.is_some()), "{at}: held");
+        assert_eq!(stuck, Some(false), "{at}: a free bank was there");
+        let bank = bank as usize;
+        if bank != self.bank {
+            *self.seen.entry("ring bank switches").or_default() += 1;
+        }
+        self.bank = bank;
+        let elsewhere: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM conveyor.ready WHERE slot / 8 <> $1")
+                .bind(bank as i16)
+                .fetch_one(&self.client.inner.pool)
+                .await
+                .unwrap();
+        assert_eq!(elsewhere, 0, "{at}: ring rows outside the current bank");
     }
 }

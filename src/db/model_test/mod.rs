@@ -102,8 +102,11 @@ struct Run {
     step: usize,
     /// What happened, to show that the run went where it matters.
     seen: BTreeMap<&'static str, usize>,
-    /// Each worker's floors in the ready ring, for claims that use them.
-    floors: Vec<db::RingFloors>,
+    /// The ready ring's current bank, as the last rotation returned it.
+    bank: usize,
+    /// A session holding the ring's slots of one bank in an open
+    /// transaction (as a pg_dump does), if any.
+    holder: Option<sqlx::PgConnection>,
 }
 
 impl Run {
@@ -248,8 +251,10 @@ impl Run {
             77..=81 => self.rescue().await,
             82..=86 => self.requeue().await,
             87..=91 => self.cancel().await,
-            92..=94 => self.release(w, false).await,
-            95..=96 => self.release(w, true).await,
+            92..=93 => self.release(w, false).await,
+            94..=95 => self.release(w, true).await,
+            96 => self.hold_ring().await,
+            97 => self.rotate_ring().await,
             _ => self.promote().await,
         }
     }
@@ -279,7 +284,8 @@ async fn state_machine_agrees_with_its_model() {
             seed,
             step: 0,
             seen: BTreeMap::new(),
-            floors: vec![db::RingFloors::default(); WORKERS],
+            bank: 0,
+            holder: None,
         };
         for step in 0..STEPS {
             run.step = step;
@@ -292,6 +298,7 @@ async fn state_machine_agrees_with_its_model() {
         }
     }
     for what in [
+        "ring bank switches",
         "stale outcomes on a job running elsewhere",
         "stale renewals refused",
         "rescued",
