@@ -3,6 +3,7 @@
 //! optional features (`cli`, `dashboard`, `metrics`, `otel`, `cron`) build
 //! with them: the test command is `cargo test --all-features`.
 
+mod backup;
 mod claim_ahead;
 #[cfg(feature = "cli")]
 mod cli;
