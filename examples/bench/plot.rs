@@ -1,4 +1,4 @@
-//! Plots runs of scenario S side by side as an SVG: completions per second
+//! Plots runs of scenario S (or dump) side by side as an SVG: completions per second
 //! and pickup p99 (log scale) against time, the held phase shaded.
 //!
 //! ```sh
@@ -26,8 +26,10 @@ fn samples(path: &str) -> Result<Vec<Point>> {
     let line = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["scenario"] == "S" && v["extra"]["samples"].is_array())
-        .ok_or_else(|| format!("{path}: no S run with samples"))?;
+        .find(|v| {
+            (v["scenario"] == "S" || v["scenario"] == "dump") && v["extra"]["samples"].is_array()
+        })
+        .ok_or_else(|| format!("{path}: no S or dump run with samples"))?;
     let points = line["extra"]["samples"]
         .as_array()
         .into_iter()

@@ -369,7 +369,11 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let worst_p99 = of.iter().map(|s| s.pickup_p99_ms).fold(0.0, f64::max);
         let worst_p50 = of.iter().map(|s| s.pickup_p50_ms).fold(0.0, f64::max);
         let line = Line::new(
-            "S",
+            if cfg.snapshot_holder == Holder::PgDump {
+                "dump"
+            } else {
+                "S"
+            },
             format!(
                 "held snapshot ({:?} holder{}), offered {rate}/s: {phase}",
                 cfg.snapshot_holder,
