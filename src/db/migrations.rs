@@ -78,6 +78,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/failure_args.sql"),
     ),
     (
+        "flush_enqueue_tally",
+        include_str!("../../migrations/functions/flush_enqueue_tally.sql"),
+    ),
+    (
         "histogram",
         include_str!("../../migrations/functions/histogram.sql"),
     ),
