@@ -70,6 +70,14 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/enqueue.sql"),
     ),
     (
+        "enqueue_each",
+        include_str!("../../migrations/functions/enqueue_each.sql"),
+    ),
+    (
+        "enqueue_many",
+        include_str!("../../migrations/functions/enqueue_many.sql"),
+    ),
+    (
         "enqueue_unique",
         include_str!("../../migrations/functions/enqueue_unique.sql"),
     ),
