@@ -1,4 +1,4 @@
-//! Conveyor's benchmark: scenarios A–H, M, N, S and dump of docs/benchmarks.md
+//! Conveyor's benchmark: scenarios A–H, M, N, S, dump and sqlbulk of docs/benchmarks.md
 //! against a database it creates and drops (N: on a private cluster it
 //! starts). Prints one JSON line per result, then a table. Figures only:
 //! nothing here asserts a timing.
@@ -6,6 +6,7 @@
 //! ```sh
 //! cargo run --release --example bench                      # everything (about an hour)
 //! cargo run --release --example bench -- --only A,B,C,F   # some scenarios
+//! cargo run --release --example bench -- --only sqlbulk    # many jobs in one SQL statement
 //! cargo run --release --example bench -- --quick           # seconds; what CI runs
 //! cargo run --release --example bench -- --only N --hosts 1,2,3   # C on many hosts (root)
 //! DATABASE_URL=postgres://... cargo run --release --example bench
@@ -32,6 +33,7 @@ mod net;
 mod plot;
 mod scenarios;
 mod snapshot;
+mod sqlbulk;
 mod support;
 
 use clap::Parser;
@@ -52,7 +54,7 @@ struct Args {
     /// Small sizes: seconds in all. For CI.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,idle).
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,idle,sqlbulk).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also run H (the 30-minute soak) with the rest.
@@ -91,6 +93,14 @@ struct Args {
     /// the queue's row and count its running jobs; default none).
     #[arg(long)]
     queue_limit: Option<u32>,
+    /// sqlbulk: jobs per statement for `conveyor.enqueue_many` and its
+    /// statement trigger, comma-separated (default 10000,50000,100000,200000).
+    #[arg(long, value_delimiter = ',')]
+    sqlbulk_sizes: Vec<usize>,
+    /// sqlbulk: jobs per statement for `conveyor.enqueue()` per row and its
+    /// row trigger (default 5000,10000,20000).
+    #[arg(long, value_delimiter = ',')]
+    sqlbulk_row_sizes: Vec<usize>,
     /// Instead of running: plot captured S runs, LABEL=PATH of a saved
     /// output (repeat for each run), into `--plot-out`.
     #[arg(long)]
@@ -144,6 +154,12 @@ async fn run(args: Args) -> Result<()> {
     if let Some(rate) = args.offered_rate {
         cfg.snapshot_rate = rate;
     }
+    if !args.sqlbulk_sizes.is_empty() {
+        cfg.sqlbulk_sizes = args.sqlbulk_sizes.clone();
+    }
+    if !args.sqlbulk_row_sizes.is_empty() {
+        cfg.sqlbulk_row_sizes = args.sqlbulk_row_sizes.clone();
+    }
     cfg.snapshot_holder = args.holder;
     cfg.snapshot_queue_limit = args.queue_limit;
     let wanted = |name: &str| {
@@ -161,8 +177,8 @@ async fn run(args: Args) -> Result<()> {
 /// The scenarios in the order they run. Each gets a database of its own,
 /// created before it and dropped after it, so none inherits another's
 /// bloat (E leaves a million-row backlog behind) or settings.
-const SCENARIOS: [&str; 13] = [
-    "A", "B", "C", "F", "N", "D", "E", "idle", "S", "dump", "G", "M", "H",
+const SCENARIOS: [&str; 14] = [
+    "A", "B", "sqlbulk", "C", "F", "N", "D", "E", "idle", "S", "dump", "G", "M", "H",
 ];
 
 async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
@@ -211,6 +227,7 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
     match name {
         "A" => scenarios::enqueue_single(db, cfg).await,
         "B" => scenarios::enqueue_bulk(db, cfg).await,
+        "sqlbulk" => sqlbulk::sql_bulk(db, cfg).await,
         "C" => scenarios::process(db, cfg).await,
         "F" => baseline::old_design(db, cfg).await,
         "D" => scenarios::wake_latency(db, cfg).await,

@@ -62,6 +62,10 @@ pub struct Config {
     pub host_concurrency: usize,
     /// N: worker processes of the fleet run through PgBouncer.
     pub fleet_processes: usize,
+    /// sqlbulk: jobs per statement for the set-based ways in
+    /// (`conveyor.enqueue_many`), and for the per-row ones (`conveyor.enqueue()`).
+    pub sqlbulk_sizes: Vec<usize>,
+    pub sqlbulk_row_sizes: Vec<usize>,
 }
 
 impl Config {
@@ -94,6 +98,8 @@ impl Config {
             host_processes: 1,
             host_concurrency: 100,
             fleet_processes: crate::hosts::FLEET,
+            sqlbulk_sizes: vec![10_000, 50_000, 100_000, 200_000],
+            sqlbulk_row_sizes: vec![5_000, 10_000, 20_000],
         }
     }
 
@@ -127,6 +133,8 @@ impl Config {
             host_processes: 1,
             host_concurrency: 100,
             fleet_processes: 10,
+            sqlbulk_sizes: vec![500, 2_000],
+            sqlbulk_row_sizes: vec![200],
         }
     }
 }

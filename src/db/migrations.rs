@@ -70,12 +70,24 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/enqueue.sql"),
     ),
     (
+        "enqueue_each",
+        include_str!("../../migrations/functions/enqueue_each.sql"),
+    ),
+    (
+        "enqueue_many",
+        include_str!("../../migrations/functions/enqueue_many.sql"),
+    ),
+    (
         "enqueue_unique",
         include_str!("../../migrations/functions/enqueue_unique.sql"),
     ),
     (
         "failure_args",
         include_str!("../../migrations/functions/failure_args.sql"),
+    ),
+    (
+        "flush_enqueue_tally",
+        include_str!("../../migrations/functions/flush_enqueue_tally.sql"),
     ),
     (
         "histogram",

@@ -649,3 +649,434 @@ async fn notifications_sent_after_commit_wake_an_idle_worker() {
     }
     worker.shutdown(WAIT).await.unwrap();
 }
+
+/// The business tables of the SQL bulk tests, each enqueueing an `add` job
+/// per inserted row, as README's trigger recipe says: `orders` from a FOR
+/// EACH STATEMENT trigger with a transition table calling
+/// `conveyor.enqueue_each` (queue `default`), `refunds` the same calling
+/// `conveyor.enqueue_many` (queue `refunds`), `lines` from a FOR EACH ROW
+/// trigger calling `conveyor.enqueue()` (queue `lines`).
+const BUSINESS_TABLES: &str = "
+CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL);
+CREATE FUNCTION orders_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM conveyor.enqueue_each('add',
+        (SELECT array_agg(jsonb_build_object('a', n.id, 'b', n.qty)) FROM new_orders n));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER orders_enqueue AFTER INSERT ON orders
+    REFERENCING NEW TABLE AS new_orders
+    FOR EACH STATEMENT EXECUTE FUNCTION orders_enqueue();
+CREATE TABLE refunds (id bigint PRIMARY KEY, qty int NOT NULL);
+CREATE FUNCTION refunds_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM conveyor.enqueue_many((
+        SELECT jsonb_agg(jsonb_build_object('task', 'add', 'queue', 'refunds',
+                                            'args', jsonb_build_object('a', n.id, 'b', n.qty)))
+        FROM new_refunds n));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER refunds_enqueue AFTER INSERT ON refunds
+    REFERENCING NEW TABLE AS new_refunds
+    FOR EACH STATEMENT EXECUTE FUNCTION refunds_enqueue();
+CREATE TABLE lines (id bigint PRIMARY KEY, qty int NOT NULL);
+CREATE FUNCTION lines_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM conveyor.enqueue('add', jsonb_build_object('a', NEW.id, 'b', NEW.qty), queue => 'lines');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER lines_enqueue AFTER INSERT ON lines
+    FOR EACH ROW EXECUTE FUNCTION lines_enqueue();
+";
+
+/// Inserts `n` rows of quantity `qty` into each business table, one
+/// statement per table, in one transaction that commits or rolls back.
+async fn insert_business_rows(pool: sqlx::PgPool, n: i32, qty: i32, commit: bool) {
+    let mut tx = pool.begin().await.unwrap();
+    for table in ["orders", "refunds", "lines"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table} SELECT g, $2 FROM generate_series(1, $1) g"
+        )))
+        .bind(n)
+        .bind(qty)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    if commit {
+        tx.commit().await.unwrap();
+    } else {
+        tx.rollback().await.unwrap();
+    }
+}
+
+/// (jobs, pending jobs with their ring row, enqueued per the rollups) of
+/// task `add` in `queue`.
+async fn sql_bulk_counts(pool: &sqlx::PgPool, queue: &str) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM conveyor.jobs WHERE task = 'add' AND queue = $1),
+                (SELECT count(*) FROM conveyor.jobs j JOIN conveyor.ready r ON r.job_id = j.id
+                 WHERE j.task = 'add' AND j.queue = $1 AND j.state = 'pending'
+                   AND (r.queue, r.task, r.priority, r.run_at) = (j.queue, j.task, j.priority, j.run_at)),
+                (SELECT coalesce(sum(enqueued), 0)::bigint FROM conveyor.stats
+                 WHERE task = 'add' AND queue = $1)",
+    )
+    .bind(queue)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A trigger on a business table enqueues a job per inserted row inside the
+/// business transaction, from a statement trigger (`conveyor.enqueue_each`,
+/// `conveyor.enqueue_many`) or a row trigger (`conveyor.enqueue()`): the jobs get their ring rows,
+/// their rollup counts and one notification per queue at commit, and
+/// workers run them like jobs enqueued from Rust. A rolled-back business
+/// transaction leaves no job, ring row, count or notification.
+#[tokio::test]
+async fn business_table_triggers_enqueue_jobs_that_run_like_rust_ones() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(BUSINESS_TABLES)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    // Rolled back: nothing is left, nobody is woken.
+    let seen = job_ready_notifications(
+        &db.pool,
+        insert_business_rows(db.pool.clone(), 200, 1, false),
+    )
+    .await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(count_jobs(&db.pool, "true").await, 0);
+    let ring: i64 = sqlx::query_scalar("SELECT count(*) FROM conveyor.ready")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let counted: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(enqueued), 0)::bigint FROM conveyor.stats")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((ring, counted), (0, 0), "(ring rows, enqueued counted)");
+
+    // Committed: 300 rows in each table, one statement each (the row
+    // trigger's: 300 statements inside it), in one business transaction.
+    let seen = job_ready_notifications(
+        &db.pool,
+        insert_business_rows(db.pool.clone(), 300, 2, true),
+    )
+    .await;
+    let mut payloads: Vec<Value> = seen
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    payloads.sort_by_key(|p| p["queue"].as_str().unwrap_or_default().to_string());
+    assert_eq!(
+        payloads,
+        [
+            json!({"queue": "default", "scheduled": false}),
+            json!({"queue": "lines", "scheduled": false}),
+            json!({"queue": "refunds", "scheduled": false})
+        ],
+        "one notification per queue for 900 jobs"
+    );
+    for queue in ["default", "refunds", "lines"] {
+        assert_eq!(
+            sql_bulk_counts(&db.pool, queue).await,
+            (300, 300, 300),
+            "{queue}"
+        );
+    }
+
+    // Workers run them like Rust's own jobs.
+    let rust = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 1000, b: 2 }))
+        .await
+        .unwrap();
+    let worker = echo_worker(&db.client)
+        .queues(["default", "refunds", "lines"])
+        .concurrency(20)
+        .start()
+        .unwrap();
+    assert_eq!(rust.wait(WAIT).await.unwrap(), 1002);
+    let jobs: Vec<(uuid::Uuid, String, i64)> = sqlx::query_as(
+        "SELECT id, queue, (args->>'a')::bigint FROM conveyor.jobs WHERE task = 'add' AND id <> $1",
+    )
+    .bind(rust.id())
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(jobs.len(), 900);
+    for (id, queue, a) in jobs {
+        let result = db.client.handle::<i64>(id).wait(WAIT).await.unwrap();
+        assert_eq!(result, a + 2, "job {id} of queue {queue}");
+    }
+    worker.shutdown(WAIT).await.unwrap();
+    let done: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM conveyor.jobs WHERE state = 'success' AND attempt = 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(done, 901);
+}
+
+/// Bad input to `conveyor.enqueue_many` fails the whole call with an error
+/// naming the element and what is wrong, and inserts nothing (the good
+/// elements before the bad one included); jobs enqueued before stay.
+#[tokio::test]
+async fn enqueue_many_refuses_bad_input_and_inserts_nothing() {
+    let db = TestDb::new().await;
+    let good: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT * FROM conveyor.enqueue_many('[{\"task\": \"add\"}, {\"task\": \"add\", \"args\": {\"a\": 1}}]')",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(good.len(), 2);
+    let cases = [
+        (
+            r#"{"task": "add"}"#,
+            "must be a JSON array of job objects, not a JSON object",
+        ),
+        (
+            r#"[{"task": "add"}, {"task": null}]"#,
+            "job 2 of 2 has no task",
+        ),
+        (
+            r#"[{"task": "add"}, {"args": {}}]"#,
+            "job 2 of 2 has no task",
+        ),
+        (
+            r#"[{"task": "add"}, {"task": 7}]"#,
+            "job 2 of 2 has no task",
+        ),
+        (
+            r#"[{"task": "add"}, "add"]"#,
+            "job 2 of 2 is a JSON string, not an object",
+        ),
+        (
+            r#"[{"task": "add", "queu": "x", "delay": 5}]"#,
+            "job 1 of 1 has unknown fields: delay, queu",
+        ),
+        (
+            r#"[{"task": "add", "priority": "high"}]"#,
+            "job 1 of 1 has a priority that is not a number",
+        ),
+        (
+            r#"[{"task": "add", "headers": [1]}]"#,
+            "job 1 of 1 has headers that are not an object",
+        ),
+        (
+            r#"[{"task": "add", "unique": "yes"}]"#,
+            "job 1 of 1 has a unique that is not true or false",
+        ),
+        (
+            r#"[{"task": "add", "queue": 5}]"#,
+            "job 1 of 1 has a queue that is not a string",
+        ),
+    ];
+    for (input, expected) in cases {
+        let err = sqlx::query("SELECT * FROM conveyor.enqueue_many($1::jsonb)")
+            .bind(input)
+            .execute(&db.pool)
+            .await
+            .expect_err(input);
+        let db_err = err.as_database_error().expect("a database error");
+        assert_eq!(db_err.code().as_deref(), Some("22023"), "{input}: {db_err}");
+        assert!(
+            db_err.message().contains(expected),
+            "{input}: {} does not say {expected:?}",
+            db_err.message()
+        );
+    }
+    // What the column types refuse is refused as conveyor.enqueue() refuses it.
+    for input in [
+        r#"[{"task": "add"}, {"task": ""}]"#,
+        r#"[{"task": "add"}, {"task": "add", "run_at": "soon"}]"#,
+        r#"[{"task": "add"}, {"task": "add", "max_retries": -1}]"#,
+        r#"[{"task": "add"}, {"task": "add", "timeout": "0 seconds"}]"#,
+    ] {
+        sqlx::query("SELECT * FROM conveyor.enqueue_many($1::jsonb)")
+            .bind(input)
+            .execute(&db.pool)
+            .await
+            .expect_err(input);
+    }
+    // conveyor.enqueue_each: a NULL option is refused by name.
+    for (call, expected) in [
+        (
+            "conveyor.enqueue_each(NULL, ARRAY['{}'::jsonb])",
+            "task must not be NULL",
+        ),
+        (
+            "conveyor.enqueue_each('add', ARRAY['{}'::jsonb], queue => NULL)",
+            "queue must not be NULL",
+        ),
+        (
+            "conveyor.enqueue_each('add', ARRAY['{}'::jsonb], priority => NULL)",
+            "priority must not be NULL",
+        ),
+    ] {
+        let err = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {call}")))
+            .execute(&db.pool)
+            .await
+            .expect_err(call);
+        let db_err = err.as_database_error().expect("a database error");
+        assert_eq!(db_err.code().as_deref(), Some("23502"), "{call}: {db_err}");
+        assert!(db_err.message().contains(expected), "{call}: {db_err}");
+    }
+    for call in [
+        "conveyor.enqueue_each('', ARRAY['{}'::jsonb, '{}'])",
+        "conveyor.enqueue_each('add', ARRAY['{}'::jsonb, '{}'], headers => '[1]')",
+        "conveyor.enqueue_each('add', ARRAY['{}'::jsonb, '{}'], max_retries => -1)",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {call}")))
+            .execute(&db.pool)
+            .await
+            .expect_err(call);
+    }
+    // From a statement trigger, the business insert fails with it.
+    sqlx::raw_sql(
+        "CREATE TABLE imports (id bigint PRIMARY KEY, task text);
+         CREATE FUNCTION imports_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM FROM conveyor.enqueue_many((
+                 SELECT jsonb_agg(jsonb_build_object('task', n.task)) FROM new_imports n));
+             RETURN NULL;
+         END
+         $$;
+         CREATE TRIGGER imports_enqueue AFTER INSERT ON imports
+             REFERENCING NEW TABLE AS new_imports
+             FOR EACH STATEMENT EXECUTE FUNCTION imports_enqueue();",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let err = sqlx::query("INSERT INTO imports VALUES (1, 'add'), (2, NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("job 2 of 2 has no task"), "{err}");
+    let imported: i64 = sqlx::query_scalar("SELECT count(*) FROM imports")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(imported, 0);
+    // Nothing but the two good jobs, each with its ring row, counted once.
+    assert_eq!(sql_bulk_counts(&db.pool, "default").await, (2, 2, 2));
+    // NULL, JSON null and an empty array enqueue nothing, without error.
+    for input in [None, Some("null"), Some("[]")] {
+        let ids: Vec<uuid::Uuid> =
+            sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many($1::jsonb)")
+                .bind(input)
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert!(ids.is_empty(), "{input:?}");
+    }
+    for input in [None, Some(Vec::<Value>::new())] {
+        let ids: Vec<uuid::Uuid> =
+            sqlx::query_scalar("SELECT * FROM conveyor.enqueue_each('add', $1::jsonb[])")
+                .bind(input.clone())
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert!(ids.is_empty(), "{input:?}");
+    }
+    assert_eq!(count_jobs(&db.pool, "true").await, 2);
+}
+
+/// An id given twice, or one an existing job holds (finished or not), gives
+/// one job, as `conveyor.enqueue()` and the Rust client do; `unique` jobs
+/// share the Rust client's default key and are skipped while one holding
+/// it is unfinished, as `Unique::UntilFinished` duplicates are.
+#[tokio::test]
+async fn enqueue_many_skips_existing_ids_and_held_unique_keys() {
+    let db = TestDb::new().await;
+    let finished = db
+        .client
+        .enqueue(Add::job(AddArgs { a: 1, b: 1 }))
+        .await
+        .unwrap();
+    let worker = echo_worker(&db.client).start().unwrap();
+    assert_eq!(finished.wait(WAIT).await.unwrap(), 2);
+    worker.shutdown(WAIT).await.unwrap();
+    let waiting = db
+        .client
+        .enqueue(NewJob::new("echo", json!({"n": 0})))
+        .await
+        .unwrap();
+    let fresh = uuid::Uuid::now_v7();
+    let specs = json!([
+        {"task": "echo", "id": finished.id().to_string(), "args": {"n": 1}},
+        {"task": "echo", "id": waiting.id().to_string(), "args": {"n": 2}},
+        {"task": "echo", "id": fresh.to_string(), "args": {"n": 3}},
+        {"task": "echo", "id": fresh.to_string(), "args": {"n": 4}},
+        {"task": "sync", "args": {"user": 1, "full": true}, "unique": true},
+        {"task": "sync", "args": {"full": true, "user": 1}, "unique": true},
+        {"task": "sync", "args": {"user": 2}, "unique_key": "user-2"},
+        {"task": "other", "args": {"user": 2}, "unique_key": "user-2"}
+    ]);
+    let inserted: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many($1)")
+        .bind(&specs)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(inserted.len(), 3, "{inserted:?}");
+    assert_eq!(inserted[0], fresh);
+    let args_of = |id: uuid::Uuid| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Value>("SELECT args FROM conveyor.jobs WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(args_of(fresh).await, json!({"n": 3}));
+    assert_eq!(args_of(waiting.id()).await, json!({"n": 0}));
+    // As conveyor.enqueue() does with the same ids.
+    for id in [finished.id(), waiting.id(), fresh] {
+        let again: uuid::Uuid = sqlx::query_scalar("SELECT conveyor.enqueue('echo', id => $1)")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(again, id);
+    }
+    // The key is the Rust client's: its unique enqueue is a duplicate.
+    let rust = db
+        .client
+        .enqueue(
+            NewJob::new("sync", json!({"user": 1, "full": true}))
+                .unique(conveyor::Unique::UntilFinished),
+        )
+        .await
+        .unwrap();
+    assert!(rust.is_duplicate());
+    assert_eq!(rust.id(), inserted[1]);
+    // Again in a later call: skipped while the holder is unfinished.
+    let later: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many($1)")
+        .bind(json!([{"task": "sync", "args": {"user": 1, "full": true}, "unique": true}]))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert!(later.is_empty());
+    // 1 finished + 1 waiting + fresh + sync (default key) + sync (user-2).
+    assert_eq!(count_jobs(&db.pool, "true").await, 5);
+    // Once the holder finished, the key is free again.
+    db.client.cancel(inserted[1]).await.unwrap();
+    let after: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many($1)")
+        .bind(json!([{"task": "sync", "args": {"user": 1, "full": true}, "unique": true}]))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(after.len(), 1);
+}

@@ -300,7 +300,7 @@ async fn migration_v8_keeps_every_job_and_the_queue_runs_on() {
     let before: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
     assert_eq!(
         conveyor::migrate(pool).await.unwrap(),
-        vec![8, 9, 10, 11, 12, 13, 14]
+        vec![8, 9, 10, 11, 12, 13, 14, 15]
     );
     let after: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
     assert_eq!(before, after, "every column of every job");

@@ -1,7 +1,9 @@
 //! Every way into `conveyor.jobs` stores the same row for the same job: one
 //! enqueue, in the caller's transaction, a bulk statement, COPY, concurrent
 //! calls merged by group commit, a unique job, a workflow member, a success
-//! callback, and `conveyor.enqueue()` in SQL. Compared column by column.
+//! callback, `conveyor.enqueue()` in SQL, and the set-based
+//! `conveyor.enqueue_many()` and `conveyor.enqueue_each()` in SQL (called
+//! directly and from a statement trigger). Compared column by column.
 
 use std::time::Duration;
 
@@ -100,6 +102,52 @@ async fn every_enqueue_path_stores_the_same_row() {
     .await
     .unwrap();
     paths.push(("conveyor.enqueue() in SQL", sql));
+    let each: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT * FROM conveyor.enqueue_each('copy', ARRAY[$1, $1], queue => 'paths', priority => 3,
+                max_retries => 4, retry_backoff_base => interval '2.5 seconds',
+                timeout => interval '45 seconds', headers => '{\"tenant\": \"acme\"}')",
+    )
+    .bind(spec_args())
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(each.len(), 2);
+    paths.push(("conveyor.enqueue_each() in SQL", each[1]));
+    let many: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many($1)")
+        .bind(json!([sql_bulk_spec(), sql_bulk_spec()]))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(many.len(), 2);
+    paths.push(("conveyor.enqueue_many() in SQL", many[1]));
+    sqlx::raw_sql(
+        "CREATE TABLE imports (spec jsonb);
+         CREATE FUNCTION imports_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM FROM conveyor.enqueue_many((SELECT jsonb_agg(n.spec) FROM new_imports n));
+             RETURN NULL;
+         END
+         $$;
+         CREATE TRIGGER imports_enqueue AFTER INSERT ON imports
+             REFERENCING NEW TABLE AS new_imports
+             FOR EACH STATEMENT EXECUTE FUNCTION imports_enqueue();",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let triggered_id = uuid::Uuid::now_v7();
+    let mut triggered_spec = sql_bulk_spec();
+    triggered_spec["id"] = json!(triggered_id.to_string());
+    sqlx::query("INSERT INTO imports VALUES ($1), ($2)")
+        .bind(sql_bulk_spec())
+        .bind(&triggered_spec)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    paths.push((
+        "conveyor.enqueue_many() from a statement trigger",
+        triggered_id,
+    ));
 
     // A success callback, inserted by conveyor_internal.after_finish() when its parent
     // succeeds (on another queue, so nothing else runs).
@@ -193,6 +241,15 @@ async fn every_enqueue_path_stores_the_same_row() {
     assert_eq!(holder, Some(unique.id()));
 }
 
+/// [`spec`] as an element of `conveyor.enqueue_many()`'s array.
+fn sql_bulk_spec() -> Value {
+    json!({
+        "task": "copy", "args": spec_args(), "queue": "paths", "priority": 3,
+        "max_retries": 4, "retry_backoff_base": "2.5 seconds", "timeout": 45,
+        "headers": {"tenant": "acme"}
+    })
+}
+
 fn spec_args() -> Value {
     json!({ "text": "a\tb\\c \"q\" żółw", "n": [1, 2.5, null] })
 }
@@ -220,10 +277,35 @@ async fn defaults_and_the_scheduling_rule_agree_on_every_way_in() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
+    let many: uuid::Uuid =
+        sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many('[{\"task\": \"plain\"}]')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let many_nulls: uuid::Uuid = sqlx::query_scalar(
+        "SELECT * FROM conveyor.enqueue_many(jsonb_build_array(jsonb_build_object(
+             'task', 'plain', 'args', NULL, 'queue', NULL, 'priority', NULL, 'run_at', NULL,
+             'max_retries', NULL, 'retry_backoff_base', NULL, 'timeout', NULL, 'headers', NULL,
+             'id', NULL, 'unique', NULL, 'unique_key', NULL)))",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let each: uuid::Uuid =
+        sqlx::query_scalar("SELECT * FROM conveyor.enqueue_each('plain', ARRAY[NULL::jsonb])")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     let expected = row(&db, rust).await;
     assert_eq!(expected["queue"], json!("default"));
     assert_eq!(expected["max_retries"], json!(25));
-    for (path, id) in [("conveyor.enqueue()", sql), ("INSERT by hand", by_hand)] {
+    for (path, id) in [
+        ("conveyor.enqueue()", sql),
+        ("INSERT by hand", by_hand),
+        ("conveyor.enqueue_many()", many),
+        ("conveyor.enqueue_many() with every field null", many_nulls),
+        ("conveyor.enqueue_each() with a NULL element", each),
+    ] {
         assert_eq!(row(&db, id).await, expected, "{path} with defaults");
     }
 
@@ -266,6 +348,22 @@ async fn defaults_and_the_scheduling_rule_agree_on_every_way_in() {
             .fetch_one(&db.pool)
             .await
             .unwrap(),
+    );
+    ids.push(
+        sqlx::query_scalar("SELECT * FROM conveyor.enqueue_many($1)")
+            .bind(json!([{"task": "later", "run_at": at}]))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap(),
+    );
+    ids.push(
+        sqlx::query_scalar(
+            "SELECT * FROM conveyor.enqueue_each('later', ARRAY['{}'::jsonb], run_at => $1)",
+        )
+        .bind(at)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap(),
     );
     for id in ids {
         let (state, run_at): (String, chrono::DateTime<chrono::Utc>) =

@@ -179,6 +179,8 @@ async fn the_database_holds_exactly_the_functions_of_the_function_files() {
         [
             "cancel",
             "enqueue",
+            "enqueue_each",
+            "enqueue_many",
             "pause_queue",
             "rebuild_ready",
             "requeue",

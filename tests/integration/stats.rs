@@ -277,3 +277,105 @@ async fn rollups_of_random_batches_match_a_plain_count() {
     assert_eq!(rollups.len(), 6, "{rollups:?}");
     assert_eq!(rollups, expected);
 }
+
+/// A transaction that enqueues in many statements (`conveyor.enqueue()` per
+/// row of a SELECT, or once per statement) counts its jobs exactly,
+/// savepoints and rollbacks included, without writing its rollup row once
+/// per statement: after 8 counting statements it tallies them and writes
+/// them at commit (migration V15). Written once per statement, the row's
+/// versions (none can be pruned before the transaction ends) filled a page
+/// every 37 statements, and each upsert walked all of them.
+#[tokio::test]
+async fn enqueue_counts_of_a_transaction_of_many_statements_add_up() {
+    let db = TestDb::new().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for _ in 0..30 {
+        sqlx::query("SELECT conveyor.enqueue('t1', queue => 'a')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    sqlx::query("SAVEPOINT s").execute(&mut *tx).await.unwrap();
+    for _ in 0..20 {
+        sqlx::query("SELECT conveyor.enqueue('t2', queue => 'b')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    sqlx::query("ROLLBACK TO SAVEPOINT s")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "SELECT count(conveyor.enqueue('t3', jsonb_build_object('n', g), queue => 'a'))
+         FROM generate_series(1, 3000) g",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    // An early flush: later statements arm it again.
+    sqlx::query("SET CONSTRAINTS ALL IMMEDIATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("SET CONSTRAINTS ALL DEFERRED")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    db.client
+        .enqueue_many_tx(
+            &mut tx,
+            (0..conveyor::COPY_MIN + 3)
+                .map(|_| NewJob::new("t4", json!({})).queue("b"))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    for _ in 0..12 {
+        sqlx::query("INSERT INTO conveyor.jobs (task, queue) VALUES ('t1', 'a'), ('t2', 'b')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    let pages: i64 = sqlx::query_scalar("SELECT pg_relation_size('conveyor.stats') / 8192")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // A rolled-back transaction of many statements counts nothing.
+    let mut tx = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT count(conveyor.enqueue('t1', queue => 'a')) FROM generate_series(1, 50)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let counted: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT queue, task, sum(enqueued)::bigint FROM conveyor.stats
+         GROUP BY 1, 2 HAVING sum(enqueued) > 0 ORDER BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let stored: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT queue, task, count(*) FROM conveyor.jobs GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let t4 = conveyor::COPY_MIN as i64 + 3;
+    assert_eq!(
+        stored,
+        [
+            ("a".to_string(), "t1".to_string(), 42),
+            ("a".to_string(), "t3".to_string(), 3000),
+            ("b".to_string(), "t2".to_string(), 12),
+            ("b".to_string(), "t4".to_string(), t4),
+        ]
+    );
+    assert_eq!(counted, stored);
+    assert!(
+        pages <= 2,
+        "conveyor.stats took {pages} pages during a transaction of 3,000 enqueue statements"
+    );
+}
