@@ -550,14 +550,10 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
     // The current slot is always read from its head, and while the ring is
     // held it keeps the dead entries of every round it was current in (about
     // an eighth of them: storage.md, "Open points"). So measure both claims
-    // within one second in which the smallest slot is current: what is left
-    // is what the floors save on the sealed slots.
-    let current_slot = || async {
-        sqlx::query_scalar::<_, i16>("SELECT conveyor_internal.ready_slot()")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap()
-    };
+    // in statements that begin while the smallest slot is current (each
+    // claim's slot is its statement's start, in whole seconds: however long
+    // the claim then takes): what is left is what the floors save on the
+    // sealed slots.
     let smallest: i16 = sqlx::query_scalar(
         "SELECT substr(c.relname, 7)::smallint FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = 'conveyor.ready'::regclass
@@ -566,16 +562,53 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let (heads, floored, plan) = eventually(WAIT, "both claims measured in one second", || async {
-        if current_slot().await != smallest {
-            return None;
-        }
-        let (_, heads) = claim_buffers(&db, None).await;
-        let (_, plan) = claim_buffers(&db, Some((np, run_at, job_id))).await;
-        let (heads, floored) = (ring_pages(&heads), ring_pages(&plan));
-        (current_slot().await == smallest).then_some((heads, floored, plan))
-    })
+    let (claim, claim_floors) = conveyor::testing::claim_statements(&db.client);
+    let mut conn = PgConnection::connect(&db.url()).await.unwrap();
+    for sql in [
+        format!("PREPARE claim_now(text, text[], bigint, float8, text, int, int) AS {claim}"),
+        format!(
+            "PREPARE claim_floored(text, text[], bigint, float8, text, int, int,
+                                   bigint[], timestamptz[], uuid[], bigint[]) AS {claim_floors}"
+        ),
+        // The plan of `statement` if this statement began in second `slot`
+        // of the ring (conveyor_internal.ready_slot() reads the statement's
+        // start), else nothing.
+        "CREATE FUNCTION pg_temp.explain_in_slot(slot smallint, statement text)
+         RETURNS SETOF text LANGUAGE plpgsql AS $$
+         DECLARE line text;
+         BEGIN
+             IF conveyor_internal.ready_slot() <> slot THEN
+                 RETURN;
+             END IF;
+             FOR line IN EXECUTE 'EXPLAIN (ANALYZE, BUFFERS) ' || statement LOOP
+                 RETURN NEXT line;
+             END LOOP;
+         END $$"
+            .to_string(),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let heads = explain_in_slot(
+        &mut conn,
+        smallest,
+        "EXECUTE claim_now('default', '{noop}', 10, 30, 'w', NULL, NULL)".to_string(),
+    )
     .await;
+    let second = "floor(extract(epoch FROM statement_timestamp()))::bigint";
+    let plan = explain_in_slot(
+        &mut conn,
+        smallest,
+        format!(
+            "EXECUTE claim_floored('default', '{{noop}}', 10, 30, 'w', NULL, NULL,
+                 array_fill({np}::bigint, ARRAY[8]), array_fill('{run_at}'::timestamptz, ARRAY[8]),
+                 array_fill('{job_id}'::uuid, ARRAY[8]), array_fill({second}, ARRAY[8]))"
+        ),
+    )
+    .await;
+    let (heads, floored) = (ring_pages(&heads), ring_pages(&plan));
     eprintln!(
         "claim after 20,000 jobs with the ring held: {heads} ring pages from the heads, {floored} with floors"
     );
@@ -585,6 +618,31 @@ async fn while_a_dump_holds_the_ring_claims_start_after_their_floors() {
         "with floors {floored} pages, from the heads {heads}:\n{plan}"
     );
     sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
+}
+
+/// The plan of the prepared `statement` (`EXECUTE …`), run in a transaction
+/// rolled back, by a statement that began while ring slot `slot` was current
+/// (tried until one does: every 8 s, a slot is current for one second).
+async fn explain_in_slot(conn: &mut PgConnection, slot: i16, statement: String) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT * 3;
+    loop {
+        let mut tx = conn.begin().await.unwrap();
+        let plan: Vec<String> = sqlx::query_scalar("SELECT * FROM pg_temp.explain_in_slot($1, $2)")
+            .bind(slot)
+            .bind(&statement)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        if !plan.is_empty() {
+            return plan.join("\n");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no statement began in slot {slot}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Ring tuples read so far (index entries and sequential reads of every
