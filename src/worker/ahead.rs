@@ -11,6 +11,8 @@
 //! idle workers could run. A job that still waits after [`MAX_WAIT`] (the
 //! pace dropped) is given back.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -27,6 +29,29 @@ pub(crate) const HORIZON: Duration = Duration::from_millis(50);
 /// A job claimed ahead that has waited this long for a slot is given back
 /// (pending again, its attempt not spent) for any worker to take.
 pub(crate) const MAX_WAIT: Duration = Duration::from_millis(500);
+
+/// How long a held job waits for a slot before it is given back: [`MAX_WAIT`],
+/// unless a test set another (`WorkerBuilder::give_back_held_after`, and
+/// `WorkerHandle::give_back_held_after` while the worker runs).
+#[derive(Clone, Debug)]
+pub(crate) struct HoldLimit(Arc<AtomicU64>);
+
+impl HoldLimit {
+    pub(crate) fn new(wait: Duration) -> HoldLimit {
+        let limit = HoldLimit(Arc::default());
+        limit.set(wait);
+        limit
+    }
+
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set(&self, wait: Duration) {
+        let nanos = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.0.store(nanos, Ordering::Relaxed);
+    }
+}
 
 /// The window over which the pace is measured.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -149,7 +174,8 @@ impl Producer {
     /// When the oldest held job is due to be given back.
     pub(crate) fn give_back_at(&self) -> Option<Instant> {
         let claims = lock(&self.running);
-        claims.ahead.front().map(|a| a.since + MAX_WAIT)
+        let wait = self.hold_limit.get();
+        claims.ahead.front().and_then(|a| a.since.checked_add(wait))
     }
 }
 

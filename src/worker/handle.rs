@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use super::ahead::HoldLimit;
 use super::health::{Health, WorkerHealth, WorkerTask};
 use crate::error::{Error, Result};
 
@@ -35,6 +36,8 @@ pub struct WorkerHandle {
     pub(super) grace: watch::Sender<Duration>,
     pub(super) health: Arc<Health>,
     pub(super) task: Option<JoinHandle<ShutdownReport>>,
+    pub(super) hold_limit: HoldLimit,
+    pub(super) wake: Arc<Notify>,
 }
 
 impl WorkerHandle {
@@ -54,6 +57,16 @@ impl WorkerHandle {
     #[doc(hidden)]
     pub fn inject_panic(&self, task: WorkerTask) {
         self.health.inject_panic(task);
+    }
+
+    /// Test hook: changes how long a job held ahead waits for a slot before
+    /// it is given back (see `WorkerBuilder::give_back_held_after`), from
+    /// now on. Not for production use.
+    #[doc(hidden)]
+    pub fn give_back_held_after(&self, wait: Duration) {
+        self.hold_limit.set(wait);
+        // The producer sleeps until the oldest held job's old deadline.
+        self.wake.notify_one();
     }
 
     /// Stops claiming, lets running jobs finish for up to `grace`, then aborts

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::failover::{Connector, OwnPool};
 use crate::notify::{ListenEvent, spawn_listener};
 use crate::supervise::{AbortOnDrop, Checkpoint, supervise};
-use crate::worker::ahead::Pace;
+use crate::worker::ahead::{HoldLimit, Pace};
 use crate::worker::completer::Completer;
 use crate::worker::health::{Health, WorkerTask};
 use crate::worker::lease::{RunningJobs, cancel_running};
@@ -112,6 +112,7 @@ impl WorkerBuilder {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
         let wake = Arc::new(Notify::new());
+        let hold_limit = HoldLimit::new(self.give_back_held_after);
         let promote = Arc::new(AtomicBool::new(true));
         let refresh_queues = Arc::new(AtomicBool::new(true));
         let running = RunningJobs::default();
@@ -314,12 +315,13 @@ impl WorkerBuilder {
                 cancel_grace: self.cancel_grace,
                 health: health.clone(),
             },
-            wake,
+            wake: wake.clone(),
             promote,
             refresh_queues,
             limited: Vec::new(),
             plan: QueuePlan::new(self.weights),
             claim_ahead: self.claim_ahead,
+            hold_limit: hold_limit.clone(),
             pace: Pace::new(tokio::time::Instant::now()),
             running,
             outcomes: outbox,
@@ -374,6 +376,8 @@ impl WorkerBuilder {
             grace: grace_tx,
             health,
             task: Some(task),
+            hold_limit,
+            wake,
         })
     }
 }

@@ -65,6 +65,7 @@ pub struct WorkerBuilder {
     concurrency: usize,
     max_claim: usize,
     claim_ahead: usize,
+    give_back_held_after: Duration,
     lease: Duration,
     safety_interval: Duration,
     default_timeout: Option<Duration>,
@@ -121,6 +122,7 @@ impl Worker {
             concurrency: DEFAULT_CONCURRENCY,
             max_claim: 1_000,
             claim_ahead: DEFAULT_CLAIM_AHEAD,
+            give_back_held_after: ahead::MAX_WAIT,
             lease: DEFAULT_LEASE,
             safety_interval: DEFAULT_SAFETY_INTERVAL,
             default_timeout: None,
@@ -193,6 +195,14 @@ impl WorkerBuilder {
     /// it.
     pub fn claim_ahead(mut self, max: usize) -> Self {
         self.claim_ahead = max;
+        self
+    }
+    /// Test hook: how long a job held ahead waits for a slot before it is
+    /// given back (500 ms), so that a test can see jobs held however slowly
+    /// it looks. Not for production use.
+    #[doc(hidden)]
+    pub fn give_back_held_after(mut self, wait: Duration) -> Self {
+        self.give_back_held_after = wait;
         self
     }
     /// Lease on claimed jobs, renewed every third of it while they run (default 60 s).

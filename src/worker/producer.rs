@@ -59,6 +59,8 @@ pub(crate) struct Producer {
     pub plan: QueuePlan,
     /// Most jobs held claimed ahead of free slots (see [`ahead`]).
     pub claim_ahead: usize,
+    /// How long a held job waits for a slot before it is given back.
+    pub hold_limit: ahead::HoldLimit,
     /// The pace at which jobs were started lately.
     pub pace: Pace,
     /// Jobs being run or held ahead, shared with the heartbeat.
@@ -187,7 +189,7 @@ impl Producer {
                 .await
                 .inspect_err(|_| self.refresh_queues.store(true, Ordering::Relaxed))?;
         }
-        self.give_back_waiting(ahead::MAX_WAIT).await?;
+        self.give_back_waiting(self.hold_limit.get()).await?;
         loop {
             self.start_ahead(tasks);
             if !*maybe_work {

@@ -50,8 +50,9 @@ fn start_worker(client: &Client, book: &Arc<Book>) -> WorkerHandle {
         .concurrency(6)
         .lease(LEASE)
         .rescue_interval(Duration::from_secs(1))
-        // Long, so that a prompt wake-up after the failover proves LISTEN followed.
-        .safety_interval(Duration::from_secs(60))
+        // An hour: a wake-up within the test after the failover proves LISTEN
+        // followed.
+        .safety_interval(Duration::from_secs(3600))
         .periodic(Periodic::every("tick", Duration::from_secs(1), |slot| {
             NewJob::new("tick", json!({ "slot": slot }))
         }))
@@ -195,11 +196,11 @@ async fn a_primary_killed_mid_run_loses_nothing() {
     let old = formation.primary(&mut monitor).await.expect("a primary");
     let new = 1 - old;
     // Kill while handlers run (they last 5-45 ms: look often).
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while book.running() < 3 {
         assert!(
             Instant::now() < deadline,
-            "no 3 handlers running at once within 10 s"
+            "no 3 handlers running at once within 60 s"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -249,7 +250,8 @@ async fn a_primary_killed_mid_run_loses_nothing() {
         (count(&pool, UNFINISHED).await? == 0).then_some(())
     })
     .await;
-    // LISTEN followed: idle workers (safety interval 60 s) take a new job at once.
+    // LISTEN followed: idle workers (safety interval an hour) take a new
+    // job when notified.
     let woken = Instant::now();
     let handle = client
         .enqueue(NewJob::new("work", json!({ "ms": 1 })))
@@ -257,12 +259,12 @@ async fn a_primary_killed_mid_run_loses_nothing() {
         .expect("enqueue after the failover");
     book.acknowledge([handle.id()]);
     handle
-        .wait(Duration::from_secs(20))
+        .wait(Duration::from_secs(60))
         .await
-        .expect("the job runs");
+        .expect("the job runs: LISTEN followed");
     let wake = woken.elapsed();
     // The periodic leader followed: slots keep coming after the failover.
-    wait_for("a periodic slot after resuming", Duration::from_secs(20), || async {
+    wait_for("a periodic slot after resuming", Duration::from_secs(60), || async {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM conveyor.jobs WHERE task = 'tick' AND state = 'success' AND created_at > $1",
         )
@@ -354,9 +356,5 @@ async fn a_primary_killed_mid_run_loses_nothing() {
     assert_eq!(
         primary.host(),
         format!("127.0.0.1:{}", formation.nodes[new].port)
-    );
-    assert!(
-        wake < Duration::from_secs(10),
-        "LISTEN did not follow: {wake:?}"
     );
 }

@@ -343,6 +343,12 @@ pub async fn wait_for_listen(pool: &PgPool, listeners: i64) {
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// A lease that a worker keeps on a loaded machine: it is renewed every
+/// third of it (5 s), so a renewal would have to come 10 s late for it to
+/// lapse. For tests whose jobs must hold their lease while something else
+/// happens; a test that must see renewals waits 5 s for each.
+pub const STEADY_LEASE: Duration = Duration::from_secs(15);
+
 /// Runs futures concurrently on this task (no extra crate for join_all).
 pub async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where

@@ -15,7 +15,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Semaphore;
 
 use crate::common::{
-    THROUGH_PGBOUNCER, TestDb, WAIT, claimed_by_hand, count_jobs, eventually, wait_for_listen,
+    STEADY_LEASE, THROUGH_PGBOUNCER, TestDb, WAIT, claimed_by_hand, count_jobs, eventually,
+    wait_for_listen,
 };
 use crate::proxy::Proxy;
 
@@ -152,7 +153,9 @@ async fn a_worker_cut_off_mid_transaction_releases_its_locks() {
         .register_fn("work", |_, _| async { Ok(Value::Null) })
         .start()
         .unwrap();
-    eventually(WAIT, "B to rescue the job", || async {
+    // (A's transaction is ended by the server after 5 s idle: then B, which
+    // tries every 50 ms, rescues. Allowed far longer on a loaded machine.)
+    eventually(WAIT * 3, "B to rescue the job", || async {
         let job = job.job().await.ok()?;
         (job.state == JobState::Pending).then_some(())
     })
@@ -172,18 +175,23 @@ async fn a_worker_cut_off_mid_transaction_releases_its_locks() {
 #[tokio::test]
 async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     let db = TestDb::new().await;
+    // Renewals every 10 s: the one after the job is taken away comes at
+    // least 20 s before the lease would lapse by the worker's clock.
+    const LEASE: Duration = Duration::from_secs(30);
     let started_sem = Arc::new(Semaphore::new(0));
-    let saw: Arc<Mutex<Option<bool>>> = Arc::default();
-    let (s, w) = (started_sem.clone(), saw.clone());
+    // Whether the handler was told its lease was lost, and when.
+    type Told = Option<(bool, chrono::DateTime<chrono::Utc>)>;
+    let told: Arc<Mutex<Told>> = Arc::default();
+    let (s, t) = (started_sem.clone(), told.clone());
     let worker = Worker::builder(&db.client)
-        .lease(Duration::from_secs(3))
+        .lease(LEASE)
         .concurrency(1)
         .register_fn("long", move |ctx, _| {
-            let (started, saw) = (s.clone(), w.clone());
+            let (started, told) = (s.clone(), t.clone());
             async move {
                 started.add_permits(1);
                 ctx.cancelled().await;
-                *saw.lock().unwrap() = Some(ctx.lease_lost());
+                *told.lock().unwrap() = Some((ctx.lease_lost(), chrono::Utc::now()));
                 Ok(json!("too late"))
             }
         })
@@ -197,6 +205,10 @@ async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     started(&started_sem).await;
     // (Paused, so that the job is not simply claimed again here.)
     db.client.pause_queue("default").await.unwrap();
+    // Where the lease ends by the database's clock, as last renewed: the
+    // worker's own deadline for it is no later (it counts from before
+    // the claim or renewal was sent).
+    let lease_end = job.job().await.unwrap().lease_expires_at.unwrap();
     // What a rescuer elsewhere would do once the lease looked expired there.
     sqlx::query(
         "UPDATE conveyor.jobs SET state = 'pending', lease_expires_at = NULL,
@@ -206,15 +218,21 @@ async fn a_worker_that_loses_a_lease_tells_its_handler_and_records_nothing() {
     .execute(&db.pool)
     .await
     .unwrap();
-    // The next renewal (within a third of the lease: 1 s) finds it gone;
-    // the lease itself would lapse here no sooner than 2 s from now.
-    eventually(
-        Duration::from_millis(1_800),
-        "the handler told of its lost lease",
-        || async { *saw.lock().unwrap() },
-    )
-    .await;
-    assert_eq!(*saw.lock().unwrap(), Some(true), "lease_lost() says why");
+    // The next renewal (within a third of the lease, or two thirds if one
+    // came between the read above and the update) finds it gone.
+    let (lease_lost, told_at) =
+        eventually(WAIT * 2, "the handler told of its lost lease", || async {
+            *told.lock().unwrap()
+        })
+        .await;
+    assert!(lease_lost, "lease_lost() says why");
+    // Told by that renewal, not by the lease lapsing by the worker's clock:
+    // that comes no sooner than the lease's end, give or take the time a
+    // renewal takes to reach the database.
+    assert!(
+        told_at < lease_end - chrono::TimeDelta::seconds(1),
+        "told at {told_at}, the lease ending at {lease_end}"
+    );
     eventually(WAIT, "the loss counted", || async {
         (worker.health().leases_lost == 1).then_some(())
     })
@@ -236,8 +254,10 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
     let finish = Arc::new(Semaphore::new(0));
     let cancelled = Arc::new(AtomicUsize::new(0));
     let (s, f, c) = (started_sem.clone(), finish.clone(), cancelled.clone());
+    // Beats every 10 s: the held job's lease, not renewed at the beat while
+    // its row is locked, lasts 10 s past the beat after that.
     let worker = Worker::builder(&db.client)
-        .lease(Duration::from_secs(6))
+        .lease(Duration::from_secs(30))
         .concurrency(2)
         .register_fn("long", move |ctx, _| {
             let (started, finish, cancelled) = (s.clone(), f.clone(), c.clone());
@@ -277,13 +297,14 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
     };
     let (locked, free) = (jobs[0].id(), jobs[1].id());
 
-    // Beats come every 2 s (a third of the lease). Right after one, the
+    // Beats come every 10 s (a third of the lease). Right after one, the
     // row is locked for the next beat: a renewal that waited for it would
-    // not commit the other lease before the lock goes. (The held job's
-    // lease is not extended meanwhile: 4 s of its 6 pass before the beat
-    // after the lock.)
+    // not commit the other lease before the lock goes, which is held until
+    // the free job's renewal is seen (waited for long past the next beat).
+    // (The held job's lease is not extended meanwhile: 20 s of its 30 pass
+    // before the beat after the lock.)
     let beat = |last| async move {
-        eventually(Duration::from_secs(4), "the free job renewed", || async {
+        eventually(WAIT * 2, "the free job renewed", || async {
             (expiry(free).await > last).then_some(())
         })
         .await;
@@ -309,7 +330,7 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
     assert_eq!(worker.health().leases_lost, 0, "no lease counted lost");
     tx.rollback().await.unwrap();
 
-    eventually(WAIT, "the held job renewed once free", || async {
+    eventually(WAIT * 2, "the held job renewed once free", || async {
         (expiry(locked).await > locked_before).then_some(())
     })
     .await;
@@ -548,22 +569,23 @@ async fn a_bad_follow_up_fails_only_its_own_job() {
 #[tokio::test]
 async fn handlers_holding_every_connection_do_not_starve_lease_renewals() {
     let db = TestDb::new().await;
-    let small = pool_on(&db.url(), 2);
+    let small = pool_on(&db.url(), 3);
     let client = Client::new(small.clone());
     let runs = Arc::new(AtomicUsize::new(0));
-    let (r, pool) = (runs.clone(), small.clone());
-    // (A 1.2 s lease: with 600 ms a job ran twice once, under the whole
-    // suite's load on 2 cores.)
+    let (holding, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (r, pool, h, g) = (runs.clone(), small.clone(), holding.clone(), go.clone());
     let hog = Worker::builder(&client)
-        .lease(Duration::from_millis(1_200))
+        .lease(STEADY_LEASE)
         .concurrency(3)
         .register_fn("hog", move |_, _| {
-            let (runs, pool) = (r.clone(), pool.clone());
+            let (runs, pool, holding, go) = (r.clone(), pool.clone(), h.clone(), g.clone());
             async move {
                 runs.fetch_add(1, Ordering::SeqCst);
-                // Holds a connection of the client's pool for 3 leases.
+                // Holds a connection of the client's pool (three handlers:
+                // all of them) until the test has seen the leases renewed.
                 let _conn = pool.acquire().await?;
-                tokio::time::sleep(Duration::from_millis(3_600)).await;
+                holding.add_permits(1);
+                let _go = go.acquire().await;
                 Ok(Value::Null)
             }
         })
@@ -578,10 +600,11 @@ async fn handlers_holding_every_connection_do_not_starve_lease_renewals() {
                 .unwrap(),
         );
     }
-    eventually(WAIT, "the hog to hold all three", || async {
-        (count_jobs(&db.pool, "state = 'started'").await == 3).then_some(())
-    })
-    .await;
+    tokio::time::timeout(WAIT, holding.acquire_many(3))
+        .await
+        .expect("the hog's handlers hold every connection")
+        .unwrap()
+        .forget();
     // A second worker that would take any job whose lease lapsed.
     let r = runs.clone();
     let thief = Worker::builder(&db.client)
@@ -595,6 +618,26 @@ async fn handlers_holding_every_connection_do_not_starve_lease_renewals() {
         })
         .start()
         .unwrap();
+    // Every lease renewed while the client's pool has nothing left (a
+    // renewal through that pool would wait until the handlers end).
+    let ids: Vec<conveyor::JobId> = jobs.iter().map(|j| j.id()).collect();
+    let expiries = || async {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "SELECT lease_expires_at FROM conveyor.jobs WHERE id = ANY($1) ORDER BY id",
+        )
+        .bind(&ids)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    let before = expiries().await;
+    assert_eq!(before.len(), 3);
+    eventually(WAIT * 2, "every lease renewed", || async {
+        let now = expiries().await;
+        (now.len() == 3 && now.iter().zip(&before).all(|(n, b)| n > b)).then_some(())
+    })
+    .await;
+    go.add_permits(3);
     for job in &jobs {
         let job = job.wait_job(WAIT).await.unwrap();
         assert_eq!((job.state, job.attempt), (JobState::Success, 1));
@@ -855,8 +898,14 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
         })
         .start()
         .unwrap();
-    // Four cancellers over the backlog from its end, each every fourth job:
-    // they meet the claims' front somewhere in the middle.
+    // The claims' front is moving (so the race is run, however slowly the
+    // worker starts on a loaded machine)...
+    eventually(WAIT, "the first job run", || async {
+        (!ran.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    // ...when four cancellers start over the backlog from its end, each
+    // every fourth job: they meet the claims' front somewhere in the middle.
     let mut cancellers = Vec::new();
     for k in 0..4 {
         let client = db.client.clone();

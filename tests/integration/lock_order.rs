@@ -22,7 +22,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
 use uuid::Uuid;
 
-use crate::common::TestDb;
+use crate::common::{TestDb, WAIT};
 
 const HEARTBEAT: &str = include_str!("../../src/db/heartbeat.sql");
 const COMPLETE: &str = include_str!("../../src/db/complete.sql");
@@ -501,7 +501,9 @@ async fn a_lease_renewal_skips_a_locked_job_and_answers_it_busy() {
             answer
         }
     };
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), beat(leases.clone()))
+    // (The lock is held until after this answer: a renewal that waited for
+    // it would never answer, whatever the time allowed.)
+    let answer = tokio::time::timeout(WAIT, beat(leases.clone()))
         .await
         .expect("the heartbeat waited for the locked row");
     assert_eq!(

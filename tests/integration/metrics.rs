@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::common::{THROUGH_PGBOUNCER, TestDb, WAIT, count_jobs, eventually};
+use crate::common::{STEADY_LEASE, THROUGH_PGBOUNCER, TestDb, WAIT, count_jobs, eventually};
 
 async fn scrape(metrics: &Metrics, client: &conveyor::Client) -> String {
     let response = metrics
@@ -412,8 +412,11 @@ async fn a_lease_lost_is_served_by_any_metrics_process_and_outlives_the_rollups(
     let db = TestDb::new().await;
     let started = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
     let s = started.clone();
+    // (Renewed every 5 s, so kept until the job is taken away below, however
+    // loaded the machine: a lease that lapsed first would be rescued, and
+    // `rescued` would not stay 0.)
     let worker = Worker::builder(&db.client)
-        .lease(Duration::from_secs(3))
+        .lease(STEADY_LEASE)
         .concurrency(1)
         .register_fn("long", move |ctx, _| {
             let started = s.clone();

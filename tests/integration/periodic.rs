@@ -83,22 +83,30 @@ async fn many_workers_enqueue_each_slot_once() {
 #[tokio::test]
 async fn a_missed_slot_is_enqueued_once_or_skipped_as_configured() {
     let db = TestDb::new().await;
-    // Both schedules last ran three hours ago; slots are hourly.
+    // Slots about two days apart, the latest less than 10 s ago (slots are
+    // multiples of the interval since the epoch): no slot comes while the
+    // test runs, however long it takes, and the missed one is known.
+    let now = Utc::now().timestamp_millis();
+    let interval = now / 10_000;
+    let latest = Utc.timestamp_millis_opt(interval * 10_000).unwrap();
+    let interval = Duration::from_millis(interval as u64);
+    // Both schedules last ran three slots ago.
+    let last = latest - chrono::TimeDelta::from_std(interval * 3).unwrap();
     sqlx::query(
-        "INSERT INTO conveyor.periodic (name, last_slot)
-         VALUES ('catch-up', now() - interval '3 hours'), ('skip', now() - interval '3 hours')",
+        "INSERT INTO conveyor.periodic (name, last_slot) VALUES ('catch-up', $1), ('skip', $1)",
     )
+    .bind(last)
     .execute(&db.pool)
     .await
     .unwrap();
-    let hourly = |name: &'static str| {
-        Periodic::every(name, Duration::from_secs(3600), move |slot| {
+    let every = |name: &'static str| {
+        Periodic::every(name, interval, move |slot| {
             NewJob::new("tick", json!({ "schedule": name, "slot": slot }))
         })
     };
     let worker = Worker::builder(&db.client)
-        .periodic(hourly("catch-up").missed(Missed::EnqueueOnce))
-        .periodic(hourly("skip").missed(Missed::Skip))
+        .periodic(every("catch-up").missed(Missed::EnqueueOnce))
+        .periodic(every("skip").missed(Missed::Skip))
         .register_fn("tick", |_, _| async move { Ok(Value::Null) })
         .start()
         .unwrap();
@@ -112,12 +120,8 @@ async fn a_missed_slot_is_enqueued_once_or_skipped_as_configured() {
     })
     .await;
     let slot: chrono::DateTime<Utc> = slot.parse().unwrap();
-    // The latest full hour that passed.
-    let now = Utc::now();
-    assert!(
-        slot <= now && now - slot < chrono::TimeDelta::hours(1),
-        "{slot}"
-    );
+    // The latest slot that passed, of the two missed since.
+    assert_eq!(slot, latest);
     worker.shutdown(WAIT).await.unwrap();
     assert_eq!(
         count_jobs(&db.pool, "args->>'schedule' = 'catch-up'").await,
@@ -157,7 +161,9 @@ async fn a_leader_cut_off_from_the_database_hands_over() {
         .register_fn("tick", |_, _| async move { Ok(Value::Null) })
         .start()
         .unwrap();
-    eventually(WAIT, "B to lead and enqueue a slot", || async {
+    // (The server ends A's leading transaction after 8 s idle, and B tries
+    // to lead every 2 s: allowed far longer on a loaded machine.)
+    eventually(WAIT * 3, "B to lead and enqueue a slot", || async {
         (count_jobs(&db.pool, "task = 'tick'").await >= 1).then_some(())
     })
     .await;

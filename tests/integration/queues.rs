@@ -93,11 +93,23 @@ async fn the_default_unique_key_is_queue_task_and_args_and_a_ttl_outlives_the_jo
     assert!(!other.is_duplicate() && !queue.is_duplicate());
 
     // TTL scope: a duplicate even after the first finished, until the TTL ends.
-    let ttl = Unique::For(Duration::from_millis(800));
+    // (An hour, which running the job cannot outlast; it is then made to end
+    // by moving the key's expiry into the past, not by waiting for it.)
+    let ttl = Unique::For(Duration::from_secs(3600));
     let first = c
         .enqueue(NewJob::new("ping", json!({})).unique(ttl))
         .await
         .unwrap();
+    // The key is held for the TTL, counted from the enqueue.
+    let held_for: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM u.expires_at - j.created_at)::float8
+         FROM conveyor.unique_keys u JOIN conveyor.jobs j ON j.id = u.job_id WHERE j.id = $1",
+    )
+    .bind(first.id())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(held_for, 3600.0);
     let worker = Worker::builder(c)
         .register_fn("ping", |_, _| async move { Ok(Value::Null) })
         .start()
@@ -109,14 +121,20 @@ async fn the_default_unique_key_is_queue_task_and_args_and_a_ttl_outlives_the_jo
         .unwrap();
     assert!(dup.is_duplicate());
     assert_eq!(dup.id(), first.id());
-    let later = eventually(WAIT, "TTL expired", || async {
-        let h = c
-            .enqueue(NewJob::new("ping", json!({})).unique(ttl))
-            .await
-            .ok()?;
-        (!h.is_duplicate()).then_some(h)
-    })
-    .await;
+    // The TTL ends: the key is free again.
+    let expired = sqlx::query(
+        "UPDATE conveyor.unique_keys SET expires_at = now() - interval '1 second' WHERE job_id = $1",
+    )
+    .bind(first.id())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(expired.rows_affected(), 1);
+    let later = c
+        .enqueue(NewJob::new("ping", json!({})).unique(ttl))
+        .await
+        .unwrap();
+    assert!(!later.is_duplicate(), "the key is free once its TTL ended");
     assert_ne!(later.id(), first.id());
     later.wait(WAIT).await.unwrap();
     worker.shutdown(WAIT).await.unwrap();
@@ -263,8 +281,10 @@ async fn pause_stops_claims_on_every_worker_and_resume_restarts_them_at_once() {
         .execute(&db.pool)
         .await
         .unwrap();
+    // (Waiting less than the safety interval, by far: only the wake-up can
+    // have started them.)
     for handle in &paused {
-        handle.wait(Duration::from_secs(5)).await.unwrap();
+        handle.wait(WAIT).await.unwrap();
     }
     for worker in workers {
         worker.shutdown(WAIT).await.unwrap();
@@ -292,18 +312,27 @@ async fn a_global_limit_of_three_holds_across_four_workers() {
     let address = row_address().await.unwrap();
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
+    // The first jobs wait until three run at once (so that reaching the
+    // limit does not depend on how fast the next claims come): a limit that
+    // let fewer run would keep them waiting, and the test fails.
+    let (reached, _) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     for _ in 0..4 {
-        let (running, peak) = (running.clone(), peak.clone());
+        let (running, peak, reached) = (running.clone(), peak.clone(), reached.clone());
         workers.push(
             Worker::builder(&db.client)
                 .queues(["scarce"])
                 .concurrency(10)
                 .register_fn("limited", move |_, _| {
                     let (running, peak) = (running.clone(), peak.clone());
+                    let (reached, mut three) = (reached.clone(), reached.subscribe());
                     async move {
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                         peak.fetch_max(now, Ordering::SeqCst);
+                        if now >= 3 {
+                            reached.send_replace(true);
+                        }
+                        let _ = tokio::time::timeout(WAIT, three.wait_for(|r| *r)).await;
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         running.fetch_sub(1, Ordering::SeqCst);
                         Ok(Value::Null)

@@ -231,12 +231,16 @@ async fn a_timed_out_attempt_fails_and_follows_the_retry_policy() {
         .await
         .unwrap();
     assert_eq!(handle.wait(WAIT).await.unwrap(), json!("done"));
+    // The first attempt timed out and was retried; a later one finished.
+    // (Every attempt has 200 ms: on a loaded machine even one that returns
+    // at once may run out, and be retried again.)
     let job = handle.job().await.unwrap();
-    assert_eq!(job.attempt, 2);
+    assert!(job.attempt >= 2, "attempt {}", job.attempt);
+    assert_eq!(job.errors.len(), job.attempt as usize - 1);
     assert!(
-        job.errors[0].error.contains("timed out"),
-        "{}",
-        job.errors[0].error
+        job.errors.iter().all(|e| e.error.contains("timed out")),
+        "{:?}",
+        job.errors
     );
     worker.shutdown(WAIT).await.unwrap();
 }

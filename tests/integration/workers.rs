@@ -25,7 +25,8 @@ async fn a_worker_registers_beats_with_its_busy_slots_and_leaves_at_a_clean_stop
         .id("w1")
         .queues(["default", "mail"])
         .concurrency(3)
-        .lease(Duration::from_millis(900))
+        // Beats every 4 s; the jobs' leases are kept on a loaded machine.
+        .lease(Duration::from_secs(12))
         .register_fn("block", move |_ctx, _args| {
             let gate = held.clone();
             async move {
@@ -49,7 +50,7 @@ async fn a_worker_registers_beats_with_its_busy_slots_and_leaves_at_a_clean_stop
     assert_eq!((w.concurrency, w.dead_at), (3, None));
     assert_eq!(w.pid, std::process::id() as i32);
     assert!(
-        (w.beat_interval_secs - 0.3).abs() < 1e-9,
+        (w.beat_interval_secs - 4.0).abs() < 1e-9,
         "a third of the lease"
     );
     assert!(!w.version.is_empty() && !w.host.is_empty());
@@ -92,6 +93,17 @@ async fn a_worker_that_goes_silent_is_marked_dead_by_another_workers_maintenance
         (a.dead_at.is_none() && b.dead_at.is_none()).then_some(())
     })
     .await;
+    // b stays alive in the registry however late its own beats come on a
+    // loaded machine (it marks silent workers dead itself, every 100 ms):
+    // its row says it beats hourly.
+    let b_hourly = sqlx::query(
+        "UPDATE conveyor.workers SET beat_interval = interval '1 hour', dead_at = NULL
+         WHERE id = 'b'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(b_hourly.rows_affected(), 1);
     // Dropped without shutdown: its tasks stop at once, as in a crash.
     drop(a);
     eventually(WAIT, "b's maintenance marks a dead", || async {

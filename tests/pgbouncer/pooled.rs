@@ -68,8 +68,27 @@ async fn without_a_session_url_idle_workers_poll() {
         })
         .start()
         .unwrap();
-    // Let the worker go idle first: only a poll can find the next job.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Let the worker go idle first: only a poll can find the next job. Its
+    // claims show in pg_stat_activity (PgBouncer's server connections show
+    // the statement each ran last): past its start-up claim and the one its
+    // listener's first wake-up makes, claims begun at other times, with
+    // nothing to claim and no notification, are polls (without them, the
+    // next claim would come at the safety interval, 30 s).
+    let claims = std::sync::Mutex::new(std::collections::HashSet::new());
+    eventually(WAIT, "the idle worker to poll", || async {
+        let starts: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            "SELECT query_start FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE '-- Claim up to%'",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .ok()?;
+        let mut claims = claims.lock().unwrap();
+        claims.extend(starts);
+        (claims.len() >= 5).then_some(())
+    })
+    .await;
+    assert_eq!(count_jobs(&db.pool, "true").await, 0);
     for n in 0..5 {
         let handle = client
             .enqueue(NewJob::new("double", json!({ "n": n })))
@@ -134,20 +153,16 @@ async fn the_periodic_leader_leads_in_a_transaction_through_the_pooler() {
     // Gone with its transaction: a session lock taken through the pooler
     // would stay on PgBouncer's server connection, and no process could
     // lead again (or any that landed on that connection would).
-    eventually(
-        Duration::from_secs(5),
-        "the leader's lock released",
-        || async {
-            let held: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+    eventually(WAIT, "the leader's lock released", || async {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            )
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-            (held == 0).then_some(())
-        },
-    )
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (held == 0).then_some(())
+    })
     .await;
 }
 

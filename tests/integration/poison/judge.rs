@@ -144,11 +144,24 @@ pub(super) fn judge(
     verdicts
 }
 
+/// CPU time the calling thread has run so far (Linux's
+/// `/proc/thread-self/schedstat`), if known.
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
 /// Notices when the runtime (which the workers share with the test) is
-/// blocked: its 20 ms ticks come late.
+/// blocked by work on it: between two of its 20 ms ticks, its thread ran
+/// for longer than [`STALL`]. Counted in the thread's CPU time, not by the
+/// clock: a tick that comes late only because a loaded machine gave the
+/// thread no CPU is not a stall. (By the clock where the thread's CPU time
+/// cannot be read.)
 pub(super) struct StallProbe {
     pub(super) task: tokio::task::JoinHandle<()>,
-    /// When each tick later than [`STALL`] was due, and how late it came.
+    /// When each tick after a stall was due, and how long the thread ran
+    /// before it came.
     pub(super) stalls: Arc<Mutex<Vec<(Instant, Duration)>>>,
     pub(super) longest: Arc<Mutex<Duration>>,
 }
@@ -159,17 +172,20 @@ impl StallProbe {
         let longest: Arc<Mutex<Duration>> = Arc::default();
         let (s, l) = (stalls.clone(), longest.clone());
         let task = tokio::spawn(async move {
-            let mut last = Instant::now();
+            let (mut last, mut last_cpu) = (Instant::now(), thread_cpu());
             loop {
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                let now = Instant::now();
-                let gap = now - last;
-                if gap > STALL {
-                    s.lock().unwrap().push((last, gap));
+                let (now, cpu) = (Instant::now(), thread_cpu());
+                let busy = match (cpu, last_cpu) {
+                    (Some(cpu), Some(last_cpu)) => cpu.saturating_sub(last_cpu),
+                    _ => now - last,
+                };
+                if busy > STALL {
+                    s.lock().unwrap().push((last, busy));
                 }
                 let mut longest = l.lock().unwrap();
-                *longest = (*longest).max(gap);
-                last = now;
+                *longest = (*longest).max(busy);
+                (last, last_cpu) = (now, cpu);
             }
         });
         StallProbe {
@@ -179,7 +195,7 @@ impl StallProbe {
         }
     }
 
-    /// The stalls seen, and the longest gap between two ticks.
+    /// The stalls seen, and the longest the thread ran between two ticks.
     pub(super) fn stop(self) -> (Vec<(Instant, Duration)>, Duration) {
         self.task.abort();
         let stalls = std::mem::take(&mut *self.stalls.lock().unwrap());
