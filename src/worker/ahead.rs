@@ -12,7 +12,7 @@
 //! pace dropped) is given back.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -30,26 +30,44 @@ pub(crate) const HORIZON: Duration = Duration::from_millis(50);
 /// (pending again, its attempt not spent) for any worker to take.
 pub(crate) const MAX_WAIT: Duration = Duration::from_millis(500);
 
-/// How long a held job waits for a slot before it is given back: [`MAX_WAIT`],
-/// unless a test set another (`WorkerBuilder::give_back_held_after`, and
-/// `WorkerHandle::give_back_held_after` while the worker runs).
+/// Two test knobs on holding ahead: how long a held job waits for a slot
+/// before it is given back ([`MAX_WAIT`] unless a test set another, with
+/// `WorkerBuilder::give_back_held_after` or `WorkerHandle::give_back_held_after`)
+/// and how many jobs are held ahead whatever the pace (0 unless a test set
+/// another, with `hold_ahead_at_least`), so that a test sees jobs held
+/// however slowly a loaded machine runs it.
 #[derive(Clone, Debug)]
-pub(crate) struct HoldLimit(Arc<AtomicU64>);
+pub(crate) struct HoldLimit {
+    wait: Arc<AtomicU64>,
+    at_least: Arc<AtomicUsize>,
+}
 
 impl HoldLimit {
-    pub(crate) fn new(wait: Duration) -> HoldLimit {
-        let limit = HoldLimit(Arc::default());
+    pub(crate) fn new(wait: Duration, at_least: usize) -> HoldLimit {
+        let limit = HoldLimit {
+            wait: Arc::default(),
+            at_least: Arc::new(AtomicUsize::new(at_least)),
+        };
         limit.set(wait);
         limit
     }
 
     pub(crate) fn get(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+        Duration::from_nanos(self.wait.load(Ordering::Relaxed))
     }
 
     pub(crate) fn set(&self, wait: Duration) {
         let nanos = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-        self.0.store(nanos, Ordering::Relaxed);
+        self.wait.store(nanos, Ordering::Relaxed);
+    }
+
+    /// Jobs held ahead whatever the pace (still capped by `claim_ahead`).
+    pub(crate) fn at_least(&self) -> usize {
+        self.at_least.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_at_least(&self, jobs: usize) {
+        self.at_least.store(jobs, Ordering::Relaxed);
     }
 }
 

@@ -69,6 +69,14 @@ impl WorkerHandle {
         self.wake.notify_one();
     }
 
+    /// Test hook: changes how many jobs are held ahead whatever the pace
+    /// (see `WorkerBuilder::hold_ahead_at_least`), from now on. Not for
+    /// production use.
+    #[doc(hidden)]
+    pub fn hold_ahead_at_least(&self, jobs: usize) {
+        self.hold_limit.set_at_least(jobs);
+    }
+
     /// Stops claiming, lets running jobs finish for up to `grace`, then aborts
     /// the rest and puts them back as pending without spending an attempt.
     /// Outcomes already produced are written before this returns.

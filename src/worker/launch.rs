@@ -112,7 +112,7 @@ impl WorkerBuilder {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
         let wake = Arc::new(Notify::new());
-        let hold_limit = HoldLimit::new(self.give_back_held_after);
+        let hold_limit = HoldLimit::new(self.give_back_held_after, self.hold_ahead_at_least);
         let promote = Arc::new(AtomicBool::new(true));
         let refresh_queues = Arc::new(AtomicBool::new(true));
         let running = RunningJobs::default();

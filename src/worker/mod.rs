@@ -66,6 +66,7 @@ pub struct WorkerBuilder {
     max_claim: usize,
     claim_ahead: usize,
     give_back_held_after: Duration,
+    hold_ahead_at_least: usize,
     lease: Duration,
     safety_interval: Duration,
     default_timeout: Option<Duration>,
@@ -123,6 +124,7 @@ impl Worker {
             max_claim: 1_000,
             claim_ahead: DEFAULT_CLAIM_AHEAD,
             give_back_held_after: ahead::MAX_WAIT,
+            hold_ahead_at_least: 0,
             lease: DEFAULT_LEASE,
             safety_interval: DEFAULT_SAFETY_INTERVAL,
             default_timeout: None,
@@ -203,6 +205,15 @@ impl WorkerBuilder {
     #[doc(hidden)]
     pub fn give_back_held_after(mut self, wait: Duration) -> Self {
         self.give_back_held_after = wait;
+        self
+    }
+    /// Test hook: how many jobs are held ahead whatever the pace at which
+    /// the worker starts jobs (0; at most [`WorkerBuilder::claim_ahead`]), so
+    /// that a test sees jobs held on a machine too loaded to reach the pace
+    /// that holds them. Not for production use.
+    #[doc(hidden)]
+    pub fn hold_ahead_at_least(mut self, jobs: usize) -> Self {
+        self.hold_ahead_at_least = jobs;
         self
     }
     /// Lease on claimed jobs, renewed every third of it while they run (default 60 s).

@@ -200,7 +200,8 @@ impl Producer {
             // A queue with a global concurrency or rate limit counts held jobs
             // as running: holding them ahead would take them from others.
             let target = if self.limited.is_empty() {
-                self.pace.target(self.claim_ahead, Instant::now())
+                let at_least = self.hold_limit.at_least().min(self.claim_ahead);
+                (self.pace.target(self.claim_ahead, Instant::now())).max(at_least)
             } else {
                 0
             };
