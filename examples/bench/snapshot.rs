@@ -325,7 +325,10 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let sample = Sample {
             t: secs(start),
             phase,
-            completed_per_sec: (seen - last_seen) as f64 / period.as_secs_f64(),
+            // Over the time since the last sample, which starting a holder
+            // (a pg_dump taking its locks) can stretch past the period.
+            completed_per_sec: (seen - last_seen) as f64
+                / ((now - last_at).num_milliseconds().max(1) as f64 / 1000.0),
             pickup_p50_ms: (p50 * 10.0).round() / 10.0,
             pickup_p99_ms: (p99 * 10.0).round() / 10.0,
             waiting: db.count_state("pending").await?,
