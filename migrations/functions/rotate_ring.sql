@@ -21,7 +21,8 @@
 --    0 … max_banks - 1 that nobody holds is made current, its tables created
 --    and attached if missing (ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE
 --    on conveyor.ready, which the holder's ACCESS SHARE does not block) or
---    emptied, and conveyor.ready_bank names it. Once the holder is gone, a
+--    emptied, conveyor.ready_bank names it and inserts go there
+--    (conveyor_internal.define_ready_slot()). Once the holder is gone, a
 --    lower bank (bank 0 in the end) becomes current again the same way.
 --    Claims read the current bank only (src/db/ring.rs); every change is
 --    announced on the channel conveyor.ring (payload: the bank).
@@ -97,6 +98,9 @@ BEGIN
     IF (SELECT count(*) FROM unnest(slots) AS x WHERE x / 8 = cur) < 8 THEN
         PERFORM conveyor_internal.ready_bank_tables(cur);
     END IF;
+    -- Inserts go to the current bank (conveyor_internal.ready_slot()'s body
+    -- names it: define_ready_slot() rewrites it should they disagree).
+    PERFORM conveyor_internal.define_ready_slot(cur);
 
     -- 2. The bank to switch to, if any: the lowest that nobody holds, when
     -- the current one is held, or when it is lower than the current one.
@@ -124,6 +128,7 @@ BEGIN
                 held_by = CASE WHEN target = 0 THEN NULL
                                ELSE (SELECT holders[k] FROM generate_subscripts(slots, 1) AS k
                                      WHERE slots[k] / 8 = cur AND holders[k] IS NOT NULL LIMIT 1) END;
+            PERFORM conveyor_internal.define_ready_slot(target);
             PERFORM pg_notify('conveyor.ring', target::text);
             cur := target;
             cur_since := statement_timestamp();

@@ -585,6 +585,77 @@ async fn while_a_dump_holds_the_ring_claims_use_another_bank() {
     assert_eq!(ids.len(), 1, "the job enqueued last is still runnable");
 }
 
+/// The bank of the ring row of the job enqueued now (its slot / 8).
+async fn bank_of_new_job(db: &TestDb) -> i16 {
+    let job = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    sqlx::query_scalar("SELECT (slot / 8)::int2 FROM conveyor.ready WHERE job_id = $1")
+        .bind(job.id())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The current bank is a constant in `ready_slot()`'s body, so that an
+/// insert pays no lookup (`define_ready_slot.sql`): it is rewritten when the
+/// ring switches banks, kept across a migration run during a switch, and
+/// put back in step with `conveyor.ready_bank` written by hand.
+#[tokio::test]
+async fn inserts_go_to_the_current_bank_across_switches_migrations_and_hand_edits() {
+    let db = TestDb::new().await;
+    let rotate = "SELECT current_bank FROM conveyor_internal.rotate_ring(hold_age => '0')";
+    assert_eq!(bank_of_new_job(&db).await, 0);
+    let mut dump = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM conveyor.ready;")
+        .execute(&mut dump)
+        .await
+        .unwrap();
+    let switched: i16 = sqlx::query_scalar(rotate)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(switched, 1);
+    assert_eq!(bank_of_new_job(&db).await, 1, "after the switch");
+    conveyor::migrate(&db.pool).await.unwrap();
+    assert_eq!(bank_of_new_job(&db).await, 1, "after a migration");
+
+    // By hand, with banks 0 and 1 held (else the next pass would move to a
+    // lower bank): the next pass makes bank 2's tables and sends inserts
+    // there.
+    sqlx::raw_sql("SELECT count(*) FROM conveyor.ready")
+        .execute(&mut dump)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE conveyor.ready_bank SET bank = 2")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let now: i16 = sqlx::query_scalar(rotate)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(now, 2);
+    assert_eq!(bank_of_new_job(&db).await, 2, "after a hand edit");
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
+    let back: i16 = sqlx::query_scalar(rotate)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(back, 0);
+    assert_eq!(bank_of_new_job(&db).await, 0, "back on bank 0");
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM conveyor.ready r JOIN conveyor.jobs j ON j.id = r.job_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(pending, 5, "every job enqueued has its ring row");
+}
+
 /// Ring tuples read so far (index entries and sequential reads of every
 /// slot), as this connection's flushed statistics show them.
 async fn ring_reads(conn: &mut PgConnection) -> (i64, i64) {
