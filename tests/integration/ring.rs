@@ -599,6 +599,15 @@ async fn bank_of_new_job(db: &TestDb) -> i16 {
         .unwrap()
 }
 
+/// One pass of the ring's upkeep that counts any lock as a holder (no
+/// one-second grace); returns the bank current after it.
+async fn rotate_now(pool: &PgPool) -> i16 {
+    sqlx::query_scalar("SELECT current_bank FROM conveyor_internal.rotate_ring(hold_age => '0')")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// The current bank is a constant in `ready_slot()`'s body, so that an
 /// insert pays no lookup (`define_ready_slot.sql`): it is rewritten when the
 /// ring switches banks, kept across a migration run during a switch, and
@@ -606,18 +615,13 @@ async fn bank_of_new_job(db: &TestDb) -> i16 {
 #[tokio::test]
 async fn inserts_go_to_the_current_bank_across_switches_migrations_and_hand_edits() {
     let db = TestDb::new().await;
-    let rotate = "SELECT current_bank FROM conveyor_internal.rotate_ring(hold_age => '0')";
     assert_eq!(bank_of_new_job(&db).await, 0);
     let mut dump = PgConnection::connect(&db.url()).await.unwrap();
     sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM conveyor.ready;")
         .execute(&mut dump)
         .await
         .unwrap();
-    let switched: i16 = sqlx::query_scalar(rotate)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(switched, 1);
+    assert_eq!(rotate_now(&db.pool).await, 1);
     assert_eq!(bank_of_new_job(&db).await, 1, "after the switch");
     conveyor::migrate(&db.pool).await.unwrap();
     assert_eq!(bank_of_new_job(&db).await, 1, "after a migration");
@@ -633,19 +637,11 @@ async fn inserts_go_to_the_current_bank_across_switches_migrations_and_hand_edit
         .execute(&db.pool)
         .await
         .unwrap();
-    let now: i16 = sqlx::query_scalar(rotate)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(now, 2);
+    assert_eq!(rotate_now(&db.pool).await, 2);
     assert_eq!(bank_of_new_job(&db).await, 2, "after a hand edit");
 
     sqlx::raw_sql("ROLLBACK").execute(&mut dump).await.unwrap();
-    let back: i16 = sqlx::query_scalar(rotate)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(back, 0);
+    assert_eq!(rotate_now(&db.pool).await, 0);
     assert_eq!(bank_of_new_job(&db).await, 0, "back on bank 0");
     let pending: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM conveyor.ready r JOIN conveyor.jobs j ON j.id = r.job_id",
