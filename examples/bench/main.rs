@@ -1,6 +1,6 @@
-//! Conveyor's benchmark: scenarios A–H, M, N, S, dump and sqlbulk of docs/benchmarks.md
-//! against a database it creates and drops (N: on a private cluster it
-//! starts). Prints one JSON line per result, then a table. Figures only:
+//! Conveyor's benchmark: scenarios A–H, M, N, S, dump, fleet and sqlbulk of
+//! docs/benchmarks.md against a database it creates and drops (N and fleet:
+//! on a private cluster they start). Prints one JSON line per result, then a table. Figures only:
 //! nothing here asserts a timing.
 //!
 //! ```sh
@@ -9,6 +9,7 @@
 //! cargo run --release --example bench -- --only sqlbulk    # many jobs in one SQL statement
 //! cargo run --release --example bench -- --quick           # seconds; what CI runs
 //! cargo run --release --example bench -- --only N --hosts 1,2,3   # C on many hosts (root)
+//! cargo run --release --example bench -- --only fleet --fleet 50x4,100x10/pgbouncer
 //! DATABASE_URL=postgres://... cargo run --release --example bench
 //! ```
 //!
@@ -23,6 +24,7 @@ mod bouncer;
 #[path = "../../tests/chaos/cluster.rs"]
 mod cluster;
 mod cpu;
+mod fleet;
 mod history;
 mod hosts;
 #[cfg(feature = "metrics")]
@@ -31,6 +33,7 @@ mod metrics;
 #[path = "../../tests/chaos/hosts.rs"]
 mod net;
 mod plot;
+mod probe;
 mod scenarios;
 mod snapshot;
 mod sqlbulk;
@@ -54,7 +57,7 @@ struct Args {
     /// Small sizes: seconds in all. For CI.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,idle,sqlbulk).
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,fleet,idle,sqlbulk).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also run H (the 30-minute soak) with the rest.
@@ -73,6 +76,10 @@ struct Args {
     /// N: worker processes per host (default 1).
     #[arg(long)]
     host_processes: Option<usize>,
+    /// fleet: fleets to run, each against one process of the same slots,
+    /// comma-separated PROCESSESxSLOTS[/pgbouncer] (default 50x4,100x10/pgbouncer).
+    #[arg(long, value_delimiter = ',')]
+    fleet: Vec<fleet::Shape>,
     /// N: concurrency of each worker process (default 100).
     #[arg(long)]
     host_concurrency: Option<usize>,
@@ -142,6 +149,9 @@ async fn run(args: Args) -> Result<()> {
     if let Some(n) = args.host_processes {
         cfg.host_processes = n.max(1);
     }
+    if !args.fleet.is_empty() {
+        cfg.fleets = args.fleet.clone();
+    }
     if let Some(n) = args.host_concurrency {
         cfg.host_concurrency = n.max(1);
     }
@@ -177,16 +187,21 @@ async fn run(args: Args) -> Result<()> {
 /// The scenarios in the order they run. Each gets a database of its own,
 /// created before it and dropped after it, so none inherits another's
 /// bloat (E leaves a million-row backlog behind) or settings.
-const SCENARIOS: [&str; 14] = [
-    "A", "B", "sqlbulk", "C", "F", "N", "D", "E", "idle", "S", "dump", "G", "M", "H",
+const SCENARIOS: [&str; 15] = [
+    "A", "B", "sqlbulk", "C", "F", "N", "fleet", "D", "E", "idle", "S", "dump", "G", "M", "H",
 ];
 
 async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
     let mut lines: Vec<Line> = Vec::new();
     for name in SCENARIOS.into_iter().filter(|n| wanted(n)) {
-        if name == "N" {
-            // On a private cluster of its own, reachable from the hosts.
-            for line in hosts::many_hosts(cfg).await? {
+        if name == "N" || name == "fleet" {
+            // On a private cluster of its own (N's reachable from the hosts).
+            let new = if name == "N" {
+                hosts::many_hosts(cfg).await?
+            } else {
+                fleet::fleets(cfg).await?
+            };
+            for line in new {
                 println!("{}", line.json());
                 lines.push(line);
             }

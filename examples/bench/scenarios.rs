@@ -9,6 +9,7 @@ use conveyor::NewJob;
 use serde_json::{Value, json};
 
 use crate::cpu::CpuMark;
+use crate::probe::Probe;
 use crate::support::{
     BenchDb, FinishedCounter, NO_CHECKPOINT_ENV, PgbenchScript, QUEUE, Result, TASK, WorkerChild,
     median, percentile, pgbench, secs,
@@ -62,6 +63,8 @@ pub struct Config {
     pub host_concurrency: usize,
     /// N: worker processes of the fleet run through PgBouncer.
     pub fleet_processes: usize,
+    /// fleet: the fleets, each run against one process of the same slots.
+    pub fleets: Vec<crate::fleet::Shape>,
     /// sqlbulk: jobs per statement for the set-based ways in
     /// (`conveyor.enqueue_many`), and for the per-row ones (`conveyor.enqueue()`).
     pub sqlbulk_sizes: Vec<usize>,
@@ -98,6 +101,7 @@ impl Config {
             host_processes: 1,
             host_concurrency: 100,
             fleet_processes: crate::hosts::FLEET,
+            fleets: vec![shape("50x4"), shape("100x10/pgbouncer")],
             sqlbulk_sizes: vec![10_000, 50_000, 100_000, 200_000],
             sqlbulk_row_sizes: vec![5_000, 10_000, 20_000],
         }
@@ -133,10 +137,15 @@ impl Config {
             host_processes: 1,
             host_concurrency: 100,
             fleet_processes: 10,
+            fleets: vec![shape("4x2"), shape("4x5/pgbouncer")],
             sqlbulk_sizes: vec![500, 2_000],
             sqlbulk_row_sizes: vec![200],
         }
     }
+}
+
+fn shape(s: &str) -> crate::fleet::Shape {
+    s.parse().expect("a fleet shape")
 }
 
 /// One result: a scenario, a variant, the median of its runs, and details.
@@ -323,6 +332,8 @@ pub struct ProcessRun {
     pub server: Value,
     /// CPU of the server, the workers and the machine ([`crate::cpu::CpuMark`]).
     pub cpu: Value,
+    /// Transactions, statements and connections ([`crate::probe::Probe`]).
+    pub probe: Value,
 }
 
 /// Where a worker process runs: a network namespace (a "host") or this
@@ -389,6 +400,7 @@ pub async fn process_on(
     if std::env::var(NO_CHECKPOINT_ENV).is_err() {
         db.checkpoint().await?;
     }
+    let probe = Probe::start(db).await?;
     let postmaster = db.postmaster_pid().await?;
     let pids: Vec<u32> = children.iter().map(WorkerChild::pid).collect();
     let before = db.counters().await?;
@@ -397,6 +409,7 @@ pub async fn process_on(
     db.client.resume_queue(QUEUE).await?;
     counter.wait_for(jobs as u64, TIMEOUT).await?;
     let rate = jobs as f64 / secs(start);
+    probe.stop_sampling();
     let cpu = cpu.since(postmaster, &pids);
     let server = db.counters().await?.per_job_since(&before, jobs);
     let rss = children
@@ -407,6 +420,7 @@ pub async fn process_on(
     for child in children {
         child.stop()?;
     }
+    let probe = probe.finish(db, jobs).await?;
     let done = db.count_state("success").await?;
     if done != jobs as i64 {
         return Err(format!("{done} of {jobs} jobs succeeded").into());
@@ -417,6 +431,7 @@ pub async fn process_on(
         rss,
         server,
         cpu,
+        probe,
     })
 }
 
