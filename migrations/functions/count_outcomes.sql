@@ -4,7 +4,7 @@
 -- then those attempts are counted but not timed). `rescued` marks attempts
 -- the rescuer ended. Rows are upserted in (queue, task) order, so two
 -- writers never wait for each other's rows in opposite orders. Writers use
--- shards 1 to 8 (shard 0 is the fold's; migration V9): the counts stay out
+-- shards 1 to 64 (shard 0 is the fold's; migrations V9, V17): the counts stay out
 -- of conveyor.stats_totals until their row is folded or pruned.
 CREATE OR REPLACE FUNCTION conveyor_internal.count_outcomes(
     queues text[],
@@ -21,7 +21,7 @@ BEGIN
     INSERT INTO conveyor.stats AS s
         (minute, queue, task, shard, succeeded, failed, retried, rescued, cancelled, wait_ms, run_ms,
          wait_ms_sum, run_ms_sum)
-    SELECT date_trunc('minute', now()), e.queue, e.task, 1 + pg_backend_pid() % 8,
+    SELECT date_trunc('minute', now()), e.queue, e.task, 1 + pg_backend_pid() % 64,
            coalesce(sum(e.n) FILTER (WHERE e.state = 'success'), 0)::bigint,
            coalesce(sum(e.n) FILTER (WHERE e.state = 'failure'), 0)::bigint,
            coalesce(sum(e.n) FILTER (WHERE e.state = 'retry'), 0)::bigint,

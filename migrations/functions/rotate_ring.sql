@@ -34,6 +34,12 @@
 --    retire_after since the ring left them (DETACH and DROP take ACCESS
 --    EXCLUSIVE on conveyor.ready: each is waited for at most lock_wait).
 --
+-- A call less than min_gap after the last pass began (by any process;
+-- conveyor_internal.ring_pass_at_ms, migration V17) returns at once, as
+-- does one made while another process is doing a pass: every worker
+-- process calls this a few times a second, and a fleet of them needs no
+-- more passes than one process does.
+--
 -- Every lock is waited for at most lock_wait: while it waits, claims queue
 -- behind it. Returns the current bank, the slots emptied, whether a long
 -- transaction holds any slot, and whether it holds the current bank (no
@@ -43,7 +49,8 @@ CREATE OR REPLACE FUNCTION conveyor_internal.rotate_ring(
     lock_wait interval DEFAULT '5 milliseconds',
     max_banks integer DEFAULT 4,
     retire_after interval DEFAULT '1 minute',
-    hold_age interval DEFAULT '1 second'
+    hold_age interval DEFAULT '1 second',
+    min_gap interval DEFAULT '0'
 ) RETURNS TABLE (current_bank smallint, emptied integer, held boolean, stuck boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -61,13 +68,20 @@ DECLARE
     t regclass;
     carried text[];
     woken text[] := '{}';
+    now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    last_ms bigint;
 BEGIN
     SELECT b.bank, b.since INTO cur, cur_since FROM conveyor.ready_bank b;
     cur := coalesce(cur, 0);
-    IF NOT pg_try_advisory_xact_lock(hashtextextended('conveyor.rotate_ring', 0)) THEN
+    -- (A last pass "in the future", from a clock set back or a restore on
+    -- another machine, does not count.)
+    SELECT p.last_value INTO last_ms FROM conveyor_internal.ring_pass_at_ms p;
+    IF last_ms BETWEEN now_ms - floor(extract(epoch FROM min_gap) * 1000)::bigint + 1 AND now_ms
+       OR NOT pg_try_advisory_xact_lock(hashtextextended('conveyor.rotate_ring', 0)) THEN
         RETURN QUERY SELECT cur, 0, NULL::boolean, NULL::boolean;
         RETURN;
     END IF;
+    PERFORM setval('conveyor_internal.ring_pass_at_ms', now_ms);
     PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
 
     -- The slot tables (named ready_<slot>), each with the oldest
@@ -232,5 +246,5 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION conveyor_internal.rotate_ring(integer, interval, integer, interval, interval) IS
-    'Internal. Upkeep of conveyor.ready: empties sealed slots with TRUNCATE, switches to another bank of slots while a long transaction (a pg_dump) holds the current one and back once it ends, carries rows left in other banks, drops banks left long ago. Returns the current bank, slots emptied, whether a long transaction holds a slot, and whether it holds the current bank.';
+COMMENT ON FUNCTION conveyor_internal.rotate_ring(integer, interval, integer, interval, interval, interval) IS
+    'Internal. Upkeep of conveyor.ready: empties sealed slots with TRUNCATE, switches to another bank of slots while a long transaction (a pg_dump) holds the current one and back once it ends, carries rows left in other banks, drops banks left long ago. Returns the current bank, slots emptied, whether a long transaction holds a slot, and whether it holds the current bank (both NULL when it did no pass: another process did one less than min_gap ago or is doing one).';

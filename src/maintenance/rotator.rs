@@ -7,7 +7,12 @@
 //!
 //! Every worker runs this loop, a few times per slot length (one second), so
 //! a slot is emptied soon after it is sealed and drained; one process at a
-//! time does the work (an advisory lock inside the function). Each slot is
+//! time does the work (an advisory lock inside the function), at most one
+//! pass per 200 ms in all (migration V17). A process whose calls find the
+//! work done by another calls less and less often, down to once every
+//! [`AT_MOST_EVERY`], and four times a second again once one of its calls
+//! does a pass: in a fleet, one process does the upkeep and the others
+//! stand by, instead of each asking four times a second. Each slot is
 //! taken under an ACCESS EXCLUSIVE lock waited for at most 5 ms, and skipped
 //! without waiting when it is already empty or a long transaction holds it.
 //!
@@ -37,6 +42,20 @@ pub(crate) trait RingWatch: Send + Sync {
 /// How often a worker tries to empty sealed slots.
 pub(crate) const EVERY: Duration = Duration::from_millis(250);
 
+/// How seldom, at most, a worker whose calls find the upkeep done by another
+/// process calls (each such call doubles its interval, up to this).
+pub(crate) const AT_MOST_EVERY: Duration = Duration::from_secs(4);
+
+/// The interval after a call: [`EVERY`] if it did a pass (`did`), else
+/// twice `now`, at most [`AT_MOST_EVERY`].
+fn next_interval(now: Duration, did: bool) -> Duration {
+    if did {
+        EVERY
+    } else {
+        (now * 2).min(AT_MOST_EVERY)
+    }
+}
+
 /// How often it looks for the transaction holding the current bank, to
 /// name it in a warning, while the ring is stuck.
 const HOLDER_AGE: Duration = Duration::from_secs(2);
@@ -45,18 +64,18 @@ const HOLDER_AGE: Duration = Duration::from_secs(2);
 const REPORT_AGE: f64 = 30.0;
 
 pub(crate) async fn run(client: Client, health: Arc<dyn RingWatch>, checkpoint: Checkpoint) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every = EVERY;
     let mut failing = false;
     let mut next_look = tokio::time::Instant::now();
     let mut reported: Option<i32> = None;
     let mut stuck = false;
     loop {
-        tick.tick().await;
+        tokio::time::sleep(every).await;
         checkpoint();
         let inner = &client.inner;
         match db::rotate_ring(&inner.pool, inner.queries).await {
             Ok(pass) => {
+                every = next_interval(every, pass.held.is_some());
                 if pass.bank != health.bank() {
                     tracing::info!(
                         bank = pass.bank,
@@ -104,5 +123,20 @@ pub(crate) async fn run(client: Client, health: Arc<dyn RingWatch>, checkpoint: 
             Ok(_) => {}
             Err(error) => tracing::debug!(%error, "conveyor: cannot look for ring blockers"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_finds_the_upkeep_done_backs_off_until_it_does_a_pass() {
+        let mut every = EVERY;
+        for expected in [500, 1_000, 2_000, 4_000, 4_000] {
+            every = next_interval(every, false);
+            assert_eq!(every, Duration::from_millis(expected));
+        }
+        assert_eq!(next_interval(every, true), EVERY);
     }
 }

@@ -770,3 +770,44 @@ async fn a_row_carried_from_another_bank_wakes_its_queue() {
         .await
         .unwrap();
 }
+
+/// Every worker process calls the ring's upkeep a few times a second; a
+/// fleet of them shares one pass per `min_gap` (migration V17), timed by
+/// the sequence the pass sets. A last pass "in the future" (a clock set
+/// back, a restore on another machine) does not stop the upkeep.
+#[tokio::test]
+async fn the_ring_upkeep_runs_once_per_gap_whoever_calls_it() {
+    let db = TestDb::new().await;
+    // `held` is NULL when the call did no pass.
+    let pass = |gap: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let held: Option<bool> = sqlx::query_scalar(
+                "SELECT held FROM conveyor_internal.rotate_ring(min_gap => $1::interval)",
+            )
+            .bind(gap)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            held.is_some()
+        }
+    };
+    assert!(pass("1 hour").await, "the first call passes");
+    assert!(
+        !pass("1 hour").await,
+        "a call within the gap returns at once"
+    );
+    assert!(pass("0").await, "no gap: every call passes");
+    sqlx::query(
+        "SELECT setval('conveyor_internal.ring_pass_at_ms',
+                       (extract(epoch FROM now() + interval '1 hour') * 1000)::bigint)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert!(pass("1 hour").await, "a pass in the future does not count");
+    assert!(!pass("1 hour").await);
+    // The workers' own call asks for the gap.
+    let statement = include_str!("../../src/db/rotate_ring.sql");
+    assert!(statement.contains("min_gap => '200 milliseconds'"));
+}
