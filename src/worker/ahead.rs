@@ -5,8 +5,9 @@
 //! as at concurrency 500. So it keeps a local buffer of claimed jobs (held
 //! under their leases, renewed by the heartbeat) from which a freed slot
 //! starts the next job at once. The buffer holds what the worker is expected
-//! to start within [`HORIZON`] at the pace it has been starting jobs, capped
-//! by [`crate::WorkerBuilder::claim_ahead`]: a worker whose jobs are slow
+//! to start within [`HORIZON`] (or two claim round trips, when they take
+//! longer: see [`Pace::claimed_in`]) at the pace it has been starting jobs,
+//! capped by [`crate::WorkerBuilder::claim_ahead`]: a worker whose jobs are slow
 //! claims (almost) nothing ahead, so it never holds a small backlog that
 //! idle workers could run. A job that still waits after [`MAX_WAIT`] (the
 //! pace dropped) is given back.
@@ -23,8 +24,12 @@ use crate::worker::executor;
 use crate::worker::lease::{Ahead, lock};
 use crate::worker::producer::Producer;
 
-/// How far ahead, in time at the current pace, a worker claims.
+/// How far ahead, in time at the current pace, a worker claims (at least).
 pub(crate) const HORIZON: Duration = Duration::from_millis(50);
+
+/// How far ahead a worker claims at most, however long its claims take
+/// (less than [`MAX_WAIT`], so that held jobs are not given back).
+pub(crate) const MAX_HORIZON: Duration = Duration::from_millis(250);
 
 /// A job claimed ahead that has waited this long for a slot is given back
 /// (pending again, its attempt not spent) for any worker to take.
@@ -81,6 +86,8 @@ pub(crate) struct Pace {
     started: usize,
     /// Jobs started per second.
     rate: f64,
+    /// How long a claim took lately (a moving average).
+    round_trip: Duration,
 }
 
 impl Pace {
@@ -90,7 +97,18 @@ impl Pace {
             since: now,
             started: 0,
             rate: 0.0,
+            round_trip: Duration::ZERO,
         }
+    }
+
+    /// Counts a claim that took `took`, from sending it to its rows. A
+    /// worker holds what it starts in two round trips when that is longer
+    /// than [`HORIZON`], so that its slots do not sit idle while the next
+    /// claim is on its way: in a fleet of small worker processes on a busy
+    /// server a claim took about 100 ms, and holding 50 ms of work kept
+    /// each process to claims of a few jobs (docs/decisions/2026-11-28-fleets.md).
+    pub(crate) fn claimed_in(&mut self, took: Duration) {
+        self.round_trip = (self.round_trip * 3 + took) / 4;
     }
 
     /// Counts jobs started.
@@ -109,7 +127,8 @@ impl Pace {
         }
         // Rounded down: a worker starting fewer than one job per HORIZON
         // holds nothing ahead. (A float-to-int `as` saturates; NaN gives 0.)
-        let ahead = (self.rate * HORIZON.as_secs_f64()).floor();
+        let horizon = (self.round_trip * 2).clamp(HORIZON, MAX_HORIZON);
+        let ahead = (self.rate * horizon.as_secs_f64()).floor();
         (ahead as usize).min(max)
     }
 }
@@ -221,5 +240,28 @@ mod tests {
             pace.target(1_000, now);
         }
         assert_eq!(pace.target(1_000, now), 0);
+    }
+
+    #[test]
+    fn slow_claims_hold_two_round_trips_of_work_up_to_the_cap() {
+        let mut now = Instant::now();
+        let mut pace = Pace::new(now);
+        // 40 starts a second: 2 in 50 ms.
+        for _ in 0..10 {
+            pace.started(4);
+            now += WINDOW;
+            pace.target(1_000, now);
+        }
+        assert_eq!(pace.target(1_000, now), 1, "fast claims: 50 ms");
+        for _ in 0..20 {
+            pace.claimed_in(Duration::from_millis(100));
+        }
+        // Two round trips of just under 100 ms (the average approaches it).
+        assert_eq!(pace.target(1_000, now), 7);
+        for _ in 0..20 {
+            pace.claimed_in(Duration::from_secs(2));
+        }
+        assert_eq!(pace.target(1_000, now), 9, "capped at 250 ms");
+        assert_eq!(pace.target(5, now), 5, "and by claim_ahead");
     }
 }

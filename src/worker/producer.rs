@@ -241,6 +241,7 @@ impl Producer {
                 // later, by this process's clock, than in the database.
                 let sent = Instant::now();
                 let claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
+                self.pace.claimed_in(sent.elapsed());
                 if let Some(until) = claimed.rate_limited_until {
                     // Come back when the rate window reopens.
                     // At least 10 ms: clocks of worker and database may differ.
