@@ -304,7 +304,7 @@ impl WorkerBuilder {
             worker_id: worker_id.clone(),
             queues: self.queues,
             handlers: Arc::new(self.handlers),
-            task_names,
+            task_names: task_names.into(),
             concurrency: self.concurrency,
             max_claim: self.max_claim,
             lease: self.lease,

@@ -40,7 +40,7 @@ pub(crate) struct Producer {
     pub worker_id: Arc<str>,
     pub queues: Vec<String>,
     pub handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
-    pub task_names: Vec<String>,
+    pub task_names: Arc<[String]>,
     pub concurrency: usize,
     pub max_claim: usize,
     pub lease: Duration,
@@ -226,21 +226,23 @@ impl Producer {
                 if take == 0 {
                     continue;
                 }
-                let queue = &self.queues[queue];
-                let inner = &self.client.inner;
+                // (Owned here: the claim runs while `self` starts held jobs.)
+                let queue = self.queues[queue].clone();
+                let (task_names, worker_id) = (self.task_names.clone(), self.worker_id.clone());
                 let claim = db::Claim {
-                    queue,
-                    tasks: &self.task_names,
+                    queue: &queue,
+                    tasks: &task_names,
                     limit: take as i64,
                     lease_secs: self.lease.as_secs_f64(),
-                    worker_id: &self.worker_id,
-                    limited: self.limited.contains(queue),
+                    worker_id: &worker_id,
+                    limited: self.limited.contains(&queue),
                     bank: self.limits.health.ring_bank(),
                 };
                 // The leases run from before the claim was sent: never
                 // later, by this process's clock, than in the database.
                 let sent = Instant::now();
-                let claimed = db::claim(&inner.pool, inner.queries, &claim).await?;
+                let claim = db::claim(&inner.pool, inner.queries, &claim);
+                let claimed = self.while_claiming(tasks, claim).await?;
                 self.pace.claimed_in(sent.elapsed());
                 if let Some(until) = claimed.rate_limited_until {
                     // Come back when the rate window reopens.
@@ -298,6 +300,32 @@ impl Producer {
     }
 
     /// Forgets an executor that ended (its outcome is with the completer).
+    /// Awaits `claim`, starting held jobs meanwhile in the slots that free
+    /// up: on a busy server a claim took about 100 ms (a fleet of small
+    /// worker processes), and the slots sat idle with jobs in hand until
+    /// held jobs were given back for having waited too long.
+    async fn while_claiming<T>(
+        &mut self,
+        tasks: &mut JoinSet<()>,
+        claim: impl std::future::Future<Output = T>,
+    ) -> T {
+        tokio::pin!(claim);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut claim => return done,
+                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    let mut joined = Some(joined);
+                    while let Some(result) = joined {
+                        self.finished(result);
+                        joined = tasks.try_join_next_with_id();
+                    }
+                    self.start_ahead(tasks);
+                }
+            }
+        }
+    }
+
     fn finished(&self, joined: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
         let id = match joined {
             Ok((id, ())) => id,

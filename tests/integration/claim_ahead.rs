@@ -195,3 +195,76 @@ async fn a_job_cancelled_while_held_ahead_ends_cancelled_without_running() {
     assert_eq!(state, "cancelled");
     assert!(!runs.lock().unwrap().contains(&held), "its handler ran");
 }
+
+/// A claim can take long (a fleet of small worker processes on a busy
+/// server: about 100 ms); meanwhile a slot that frees up starts the next
+/// held job instead of waiting for the claim. Here the claim waits for a
+/// lock another session holds on the ring, and a held job still starts.
+#[tokio::test]
+async fn a_held_job_starts_while_a_claim_is_in_flight() {
+    use sqlx::Connection;
+    let db = TestDb::new().await;
+    enqueue_backlog(&db, 0, 40).await;
+    // Each `block` job takes a permit for good: one permit, one job.
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(Mutex::new(0usize));
+    let worker = {
+        let (gate, started) = (gate.clone(), started.clone());
+        Worker::builder(&db.client)
+            .concurrency(1)
+            .give_back_held_after(HOLD)
+            .hold_ahead_at_least(AT_LEAST)
+            .register_fn("block", move |_ctx, _args| {
+                *started.lock().unwrap() += 1;
+                let gate = gate.clone();
+                async move {
+                    gate.acquire().await.unwrap().forget();
+                    Ok(Value::Null)
+                }
+            })
+            .start()
+            .unwrap()
+    };
+    let runs = || *started.lock().unwrap();
+    eventually(WAIT, "one job runs and ten are held", || async {
+        let held = count_jobs(&db.pool, "task = 'block' AND state = 'started'").await;
+        (runs() == 1 && held > AT_LEAST as i64).then_some(())
+    })
+    .await;
+    let mut locker = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE conveyor.ready IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    // Jobs end one by one until the buffer is low enough for the worker to
+    // claim again, which waits for the lock.
+    let claim_waits = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock'
+                              AND query LIKE '%Claim up to%')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    while !claim_waits().await {
+        assert!(runs() < AT_LEAST, "the worker never claimed again");
+        let before = runs();
+        gate.add_permits(1);
+        eventually(WAIT, "the next held job starts", || async {
+            (runs() > before || claim_waits().await).then_some(())
+        })
+        .await;
+    }
+    let before = runs();
+    gate.add_permits(1);
+    eventually(WAIT, "a held job starts while the claim waits", || async {
+        (runs() > before).then_some(())
+    })
+    .await;
+    assert!(claim_waits().await, "the claim was still waiting");
+    sqlx::raw_sql("ROLLBACK").execute(&mut locker).await.unwrap();
+    gate.add_permits(1_000);
+    worker.shutdown(WAIT).await.unwrap();
+}
