@@ -264,7 +264,10 @@ async fn a_held_job_starts_while_a_claim_is_in_flight() {
     })
     .await;
     assert!(claim_waits().await, "the claim was still waiting");
-    sqlx::raw_sql("ROLLBACK").execute(&mut locker).await.unwrap();
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
     gate.add_permits(1_000);
     worker.shutdown(WAIT).await.unwrap();
 }
