@@ -230,13 +230,30 @@ async fn strict_queues_drain_higher_queues_first() {
 #[tokio::test]
 async fn pause_stops_claims_on_every_worker_and_resume_restarts_them_at_once() {
     let db = TestDb::new().await;
+    // A job ends only once every worker has started one: the first worker
+    // to wake fills its 10 slots and stops claiming, so the other two claim
+    // too, however fast it is (left to timing, one worker once ran all 60
+    // and the count of workers below was 2).
+    let (seen_tx, seen_rx) = tokio::sync::watch::channel(std::collections::HashSet::new());
+    let seen_tx = Arc::new(seen_tx);
     let mut workers = Vec::new();
     for _ in 0..3 {
+        let (seen_tx, seen_rx) = (seen_tx.clone(), seen_rx.clone());
         workers.push(
             Worker::builder(&db.client)
                 .queues(["media", "other"])
                 .safety_interval(Duration::from_secs(3600))
-                .register_fn("noop", |ctx, _| async move { Ok(json!(ctx.worker_id())) })
+                .register_fn("noop", move |ctx, _| {
+                    let worker = ctx.worker_id().to_string();
+                    seen_tx.send_modify(|seen| {
+                        seen.insert(worker.clone());
+                    });
+                    let mut seen_rx = seen_rx.clone();
+                    async move {
+                        let _ = seen_rx.wait_for(|seen| seen.len() >= 3).await;
+                        Ok(json!(worker))
+                    }
+                })
                 .start()
                 .unwrap(),
         );
