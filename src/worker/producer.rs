@@ -119,12 +119,8 @@ impl Producer {
             tokio::select! {
                 _ = self.shutdown.changed() => {}
                 Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    // Collect every job that has finished, then claim for all free slots at once.
-                    let mut joined = Some(joined);
-                    while let Some(result) = joined {
-                        self.finished(result);
-                        joined = tasks.try_join_next_with_id();
-                    }
+                    // Every job that has finished, then a claim for all free slots at once.
+                    self.finished_all(joined, tasks);
                 }
                 _ = self.wake.notified() => maybe_work = true,
                 _ = tokio::time::sleep_until(timer) => {
@@ -299,7 +295,6 @@ impl Producer {
         }
     }
 
-    /// Forgets an executor that ended (its outcome is with the completer).
     /// Awaits `claim`, starting held jobs meanwhile in the slots that free
     /// up: on a busy server a claim took about 100 ms (a fleet of small
     /// worker processes), and the slots sat idle with jobs in hand until
@@ -315,17 +310,27 @@ impl Producer {
                 biased;
                 done = &mut claim => return done,
                 Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    let mut joined = Some(joined);
-                    while let Some(result) = joined {
-                        self.finished(result);
-                        joined = tasks.try_join_next_with_id();
-                    }
+                    self.finished_all(joined, tasks);
                     self.start_ahead(tasks);
                 }
             }
         }
     }
 
+    /// Forgets `first` and every other executor that has ended.
+    fn finished_all(
+        &self,
+        first: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
+        tasks: &mut JoinSet<()>,
+    ) {
+        let mut joined = Some(first);
+        while let Some(result) = joined {
+            self.finished(result);
+            joined = tasks.try_join_next_with_id();
+        }
+    }
+
+    /// Forgets an executor that ended (its outcome is with the completer).
     fn finished(&self, joined: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
         let id = match joined {
             Ok((id, ())) => id,
