@@ -205,6 +205,9 @@ async fn a_held_job_starts_while_a_claim_is_in_flight() {
     use sqlx::Connection;
     let db = TestDb::new().await;
     enqueue_backlog(&db, 0, 40).await;
+    // Twenty held: the next claim goes out with ten or more still held, so
+    // that jobs remain to start while it waits.
+    const HELD: usize = 20;
     // Each `block` job takes a permit for good: one permit, one job.
     let gate = Arc::new(Semaphore::new(0));
     let started = Arc::new(Mutex::new(0usize));
@@ -213,7 +216,7 @@ async fn a_held_job_starts_while_a_claim_is_in_flight() {
         Worker::builder(&db.client)
             .concurrency(1)
             .give_back_held_after(HOLD)
-            .hold_ahead_at_least(AT_LEAST)
+            .hold_ahead_at_least(HELD)
             .register_fn("block", move |_ctx, _args| {
                 *started.lock().unwrap() += 1;
                 let gate = gate.clone();
@@ -226,9 +229,9 @@ async fn a_held_job_starts_while_a_claim_is_in_flight() {
             .unwrap()
     };
     let runs = || *started.lock().unwrap();
-    eventually(WAIT, "one job runs and ten are held", || async {
+    eventually(WAIT, "one job runs and twenty are held", || async {
         let held = count_jobs(&db.pool, "task = 'block' AND state = 'started'").await;
-        (runs() == 1 && held > AT_LEAST as i64).then_some(())
+        (runs() == 1 && held > HELD as i64).then_some(())
     })
     .await;
     let mut locker = sqlx::PgConnection::connect(&db.url()).await.unwrap();
@@ -249,7 +252,7 @@ async fn a_held_job_starts_while_a_claim_is_in_flight() {
         .unwrap()
     };
     while !claim_waits().await {
-        assert!(runs() < AT_LEAST, "the worker never claimed again");
+        assert!(runs() < HELD, "the worker never claimed again");
         let before = runs();
         gate.add_permits(1);
         eventually(WAIT, "the next held job starts", || async {
