@@ -6,7 +6,7 @@
 -- when a queue or task is given (or a sequential scan, when the planner
 -- expects most rows to match). Not polled; run under a statement_timeout.
 SELECT count(*) FROM (
-    SELECT FROM conveyor.jobs j
+    SELECT FROM conveyor.job_rows j
     WHERE j.state = $1
       AND j.finished_at IS NOT NULL
       AND ($2::text IS NULL OR j.queue = $2)

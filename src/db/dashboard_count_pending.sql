@@ -8,7 +8,7 @@ SELECT count(*) FROM (
                  WHERE ($1::text IS NULL OR r.queue = $1)
                    AND ($2::text IS NULL OR r.task = $2)) AS ready
     WHERE ($3::jsonb IS NULL AND $4::text IS NULL)
-       OR EXISTS (SELECT FROM conveyor.jobs j
+       OR EXISTS (SELECT FROM conveyor.job_rows j
                   WHERE j.id = ready.job_id AND j.state = 'pending'
                     AND ($3::jsonb IS NULL OR j.args @> $3)
                     AND ($4::text IS NULL OR strpos(lower(j.last_error), lower($4)) > 0))

@@ -3,6 +3,12 @@
 -- and task ($3). Keyset paging on (finished_at, id): $4 and $5 are the last
 -- row of the previous page; $6 rows.
 --
+-- Reads the stored rows (conveyor.job_rows), not the view conveyor.jobs: a
+-- finished job's row is what the view shows, and only the table lets the
+-- planner probe the page's rows one by one (through the view it joined the
+-- page to every success kept: 5 s with 10M finished jobs; see
+-- docs/decisions/2026-11-28-reads-at-scale.md).
+--
 -- The page's ids are found first, in order, from the state's day tables
 -- (migration V8), merged newest first: their index on finished_at, or on
 -- (queue, finished_at) / (task, finished_at) when a queue or task is given:
@@ -17,7 +23,7 @@
 -- the caller runs it under a statement_timeout (db/dashboard.rs).
 WITH page AS (
     SELECT j.id, j.finished_at
-    FROM conveyor.jobs j
+    FROM conveyor.job_rows j
     WHERE j.state = $1
       AND j.finished_at IS NOT NULL
       AND ($2::text IS NULL OR j.queue = $2)
@@ -35,5 +41,5 @@ SELECT j.id, j.queue, j.task, j.state, j.priority, j.attempt, j.max_retries,
        left(j.last_error, 300) AS last_error
 FROM page p
 -- (The state and finish time name the row's partition: one probe each.)
-JOIN conveyor.jobs j ON j.id = p.id AND j.state = $1 AND j.finished_at = p.finished_at
+JOIN conveyor.job_rows j ON j.id = p.id AND j.state = $1 AND j.finished_at = p.finished_at
 ORDER BY p.finished_at DESC, p.id DESC

@@ -2,9 +2,13 @@
 -- some recently, or has settings. Polled every few seconds, so it never
 -- counts the whole table:
 --   * unfinished states are counted exactly: pending jobs in the ready ring
---     (conveyor.ready, which holds nothing else), the others through their
---     partial indexes (jobs_waiting_idx, jobs_running_idx): the cost follows
---     the backlog, not the history;
+--     (conveyor.ready, which holds nothing else), scheduled and retrying ones
+--     through jobs_waiting_idx, running ones in conveyor.running_jobs
+--     (jobs_running_idx and the live claims): the cost follows the backlog,
+--     not the history;
+--   * all from the stored rows (conveyor.job_rows), not the view
+--     conveyor.jobs, which works out every unfinished job's state from the
+--     claims before it can filter on it (750 ms with a million jobs waiting);
 --   * finished jobs are counted over recent windows only, through
 --     the final states' day tables (migration V8), by finished_at: successes over the last hour,
 --     failures and cancellations (rare) over the last day, so the cost
@@ -19,11 +23,11 @@ WITH active AS (
     GROUP BY queue
     UNION ALL
     SELECT queue, state, count(*), NULL
-    FROM conveyor.jobs WHERE state IN ('scheduled', 'retry')
+    FROM conveyor.job_rows WHERE state IN ('scheduled', 'retry')
     GROUP BY queue, state
     UNION ALL
     SELECT queue, 'started', count(*), NULL
-    FROM conveyor.jobs WHERE state = 'started'
+    FROM conveyor.running_jobs
     GROUP BY queue
 ),
 recent AS (
@@ -31,7 +35,7 @@ recent AS (
            count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS n_1m,
            count(*) AS n_1h,
            NULL::bigint AS n_24h
-    FROM conveyor.jobs
+    FROM conveyor.job_rows
     WHERE state = 'success' AND finished_at > now() - interval '1 hour'
     GROUP BY queue, state
     UNION ALL
@@ -39,7 +43,7 @@ recent AS (
            count(*) FILTER (WHERE finished_at > now() - interval '1 minute'),
            count(*) FILTER (WHERE finished_at > now() - interval '1 hour'),
            count(*)
-    FROM conveyor.jobs
+    FROM conveyor.job_rows
     WHERE state IN ('failure', 'cancelled') AND finished_at > now() - interval '24 hours'
     GROUP BY queue, state
 ),

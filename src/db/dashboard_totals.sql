@@ -10,9 +10,9 @@ SELECT (SELECT coalesce(sum(greatest(c.reltuples::bigint, s.n_live_tup, 0)), 0):
         JOIN pg_class c ON c.oid = t.relid
         LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
         WHERE t.isleaf) AS estimated_jobs,
-       (SELECT count(*) FROM (SELECT FROM conveyor.jobs
+       (SELECT count(*) FROM (SELECT FROM conveyor.job_rows
             WHERE state = 'success' AND finished_at IS NOT NULL LIMIT $1) s) AS success,
-       (SELECT count(*) FROM (SELECT FROM conveyor.jobs
+       (SELECT count(*) FROM (SELECT FROM conveyor.job_rows
             WHERE state = 'failure' AND finished_at IS NOT NULL LIMIT $1) s) AS failure,
-       (SELECT count(*) FROM (SELECT FROM conveyor.jobs
+       (SELECT count(*) FROM (SELECT FROM conveyor.job_rows
             WHERE state = 'cancelled' AND finished_at IS NOT NULL LIMIT $1) s) AS cancelled

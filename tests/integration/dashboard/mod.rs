@@ -7,6 +7,7 @@
 mod bulk;
 mod charts;
 mod periodic;
+mod reads;
 mod search;
 mod security;
 mod settings;
