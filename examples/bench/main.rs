@@ -1,4 +1,4 @@
-//! Conveyor's benchmark: scenarios A–H, M, N, S, dump, fleet and sqlbulk of
+//! Conveyor's benchmark: scenarios A–H, M, N, S, dump, fleet, sqlbulk and view of
 //! docs/benchmarks.md against a database it creates and drops (N and fleet:
 //! on a private cluster they start). Prints one JSON line per result, then a table. Figures only:
 //! nothing here asserts a timing.
@@ -10,6 +10,7 @@
 //! cargo run --release --example bench -- --quick           # seconds; what CI runs
 //! cargo run --release --example bench -- --only N --hosts 1,2,3   # C on many hosts (root)
 //! cargo run --release --example bench -- --only fleet --fleet 50x4,100x10/pgbouncer
+//! cargo run --release --example bench -- --only view --view-jobs 10000000,1000000,1000
 //! DATABASE_URL=postgres://... cargo run --release --example bench
 //! ```
 //!
@@ -38,6 +39,7 @@ mod scenarios;
 mod snapshot;
 mod sqlbulk;
 mod support;
+mod view;
 
 use clap::Parser;
 use scenarios::{Config, Line};
@@ -57,7 +59,7 @@ struct Args {
     /// Small sizes: seconds in all. For CI.
     #[arg(long)]
     quick: bool,
-    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,fleet,idle,sqlbulk).
+    /// Scenarios to run, comma-separated (A,B,C,D,E,F,G,H,M,N,S,dump,fleet,idle,sqlbulk,view).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also run H (the 30-minute soak) with the rest.
@@ -70,6 +72,10 @@ struct Args {
     /// 0,1000000,10000000).
     #[arg(long, value_delimiter = ',')]
     history: Vec<u64>,
+    /// view: finished, waiting and running jobs, comma-separated (default
+    /// 10000000,1000000,1000).
+    #[arg(long, value_delimiter = ',')]
+    view_jobs: Vec<u64>,
     /// N: host counts to measure, comma-separated (default 1,2,3).
     #[arg(long, value_delimiter = ',')]
     hosts: Vec<usize>,
@@ -143,6 +149,11 @@ async fn run(args: Args) -> Result<()> {
     if !args.history.is_empty() {
         cfg.history = args.history.clone();
     }
+    if let [finished, waiting, running] = args.view_jobs[..] {
+        cfg.view = (finished, waiting, running as usize);
+    } else if !args.view_jobs.is_empty() {
+        return Err("--view-jobs takes three numbers: finished,waiting,running".into());
+    }
     if !args.hosts.is_empty() {
         cfg.hosts = args.hosts.clone();
     }
@@ -187,8 +198,9 @@ async fn run(args: Args) -> Result<()> {
 /// The scenarios in the order they run. Each gets a database of its own,
 /// created before it and dropped after it, so none inherits another's
 /// bloat (E leaves a million-row backlog behind) or settings.
-const SCENARIOS: [&str; 15] = [
-    "A", "B", "sqlbulk", "C", "F", "N", "fleet", "D", "E", "idle", "S", "dump", "G", "M", "H",
+const SCENARIOS: [&str; 16] = [
+    "A", "B", "sqlbulk", "C", "F", "N", "fleet", "D", "E", "idle", "S", "dump", "G", "view", "M",
+    "H",
 ];
 
 async fn run_all(url: &str, cfg: &Config, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<Line>> {
@@ -249,6 +261,7 @@ async fn run_scenario(name: &str, db: &BenchDb, cfg: &Config) -> Result<Vec<Line
         "E" => scenarios::mixed(db, cfg).await,
         "idle" => scenarios::idle(db, cfg).await,
         "G" => history::scale(db, cfg).await,
+        "view" => view::at_scale(db, cfg).await,
         #[cfg(feature = "metrics")]
         "M" => metrics::scrapes(db, cfg).await,
         // The scrape needs the `metrics` feature (`--all-features`).

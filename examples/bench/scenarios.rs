@@ -69,6 +69,9 @@ pub struct Config {
     /// (`conveyor.enqueue_many`), and for the per-row ones (`conveyor.enqueue()`).
     pub sqlbulk_sizes: Vec<usize>,
     pub sqlbulk_row_sizes: Vec<usize>,
+    /// view: finished, waiting and running jobs; tries per read.
+    pub view: (u64, u64, usize),
+    pub view_tries: usize,
 }
 
 impl Config {
@@ -104,6 +107,8 @@ impl Config {
             fleets: vec![shape("50x4"), shape("100x10/pgbouncer")],
             sqlbulk_sizes: vec![10_000, 50_000, 100_000, 200_000],
             sqlbulk_row_sizes: vec![5_000, 10_000, 20_000],
+            view: (10_000_000, 1_000_000, 1_000),
+            view_tries: 5,
         }
     }
 
@@ -140,6 +145,8 @@ impl Config {
             fleets: vec![shape("4x2"), shape("4x5/pgbouncer")],
             sqlbulk_sizes: vec![500, 2_000],
             sqlbulk_row_sizes: vec![200],
+            view: (20_000, 2_000, 20),
+            view_tries: 1,
         }
     }
 }
