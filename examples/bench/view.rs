@@ -272,6 +272,15 @@ async fn copy_to_plain(db: &BenchDb) -> Result<()> {
     Ok(())
 }
 
+/// SQL for the earliest finish time `conveyor jobs show` assumes for the
+/// job `id` (a quoted literal): a day before its id's time.
+fn since_sql(id: &str) -> String {
+    format!(
+        "SELECT (to_timestamp((('x' || substr(replace({id}, '-', ''), 1, 12))::bit(48)::bigint) / 1000.0)
+                 - interval '1 day')::text"
+    )
+}
+
 /// The reads, with values picked from the loaded rows: a finished job from
 /// the middle of the history and one from the last hour, a pending one, a
 /// chord.
@@ -299,13 +308,9 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
     let workflow =
         pick("SELECT id::text FROM conveyor.workflows ORDER BY id DESC LIMIT 1 OFFSET 5").await?;
     // `conveyor jobs show`'s lower bound on the finish time, from the id's
-    // time (db::inspect::finished_since).
-    let since = |id: &str| {
-        format!(
-            "(SELECT to_timestamp((('x' || substr(replace({id}, '-', ''), 1, 12))::bit(48)::bigint) / 1000.0)
-                     - interval '1 day')"
-        )
-    };
+    // time (db::inspect::finished_since): bound as a value, as the CLI does.
+    let since_old = pick(&since_sql(&old)).await?;
+    let since_recent = pick(&since_sql(&recent)).await?;
     let columns = JOB_COLUMNS.trim();
     let lib = |file: &str, values: &[&str]| -> String {
         // Comments out first: they name the parameters too.
@@ -410,14 +415,14 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
             "CLI: jobs show, finished 15 days ago",
             lib(
                 include_str!("../../src/db/fetch_job.sql"),
-                &[&old, &since(&old)],
+                &[&old, &since_old],
             ),
         ),
         read(
             "CLI: jobs show, finished a minute ago",
             lib(
                 include_str!("../../src/db/fetch_job.sql"),
-                &[&recent, &since(&recent)],
+                &[&recent, &since_recent],
             ),
         ),
         read("CLI: jobs list, 20", lib(list, &[N, N, N, N, N, N, "20"])),
