@@ -134,10 +134,12 @@ fn main() -> Result<()> {
     if !args.plot_s.is_empty() {
         return plot::held_snapshot(&args.plot_s, &args.plot_out);
     }
-    runtime.block_on(run(args))
+    runtime.block_on(run(args)).map(drop)
 }
 
-async fn run(args: Args) -> Result<()> {
+/// Runs the scenarios `args` asks for, prints the table, and returns its
+/// lines.
+async fn run(args: Args) -> Result<Vec<Line>> {
     let mut cfg = if args.quick {
         Config::quick()
     } else {
@@ -192,7 +194,7 @@ async fn run(args: Args) -> Result<()> {
     };
     let lines = run_all(&args.database_url, &cfg, &wanted).await?;
     print_table(&lines);
-    Ok(())
+    Ok(lines)
 }
 
 /// The scenarios in the order they run. Each gets a database of its own,
@@ -312,7 +314,8 @@ fn print_table(lines: &[Line]) {
 #[cfg(test)]
 mod tests {
     /// CI: every scenario in quick mode, so the benchmark keeps compiling
-    /// and running. Figures are printed, never asserted.
+    /// and running. Timings are printed, never asserted; that each scenario
+    /// measured something, and nothing absurd, is.
     #[test]
     fn quick_mode_runs() {
         if std::env::var(super::CHILD_ENV).is_ok() {
@@ -323,18 +326,48 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        if let Err(e) = runtime.block_on(super::run(args)) {
-            panic!("benchmark failed: {e}");
+        let lines = match runtime.block_on(super::run(args)) {
+            Ok(lines) => lines,
+            Err(e) => panic!("benchmark failed: {e}"),
+        };
+        // Every scenario, H included; N needs root (network namespaces, as
+        // the chaos tests do), and M the `metrics` feature.
+        for scenario in super::SCENARIOS {
+            if scenario == "M" && !cfg!(feature = "metrics") {
+                continue;
+            }
+            assert!(
+                lines.iter().any(|l| l.scenario == scenario),
+                "scenario {scenario} printed nothing"
+            );
+        }
+        for line in &lines {
+            assert!(
+                !line.runs.is_empty() && line.runs.iter().all(|r| r.is_finite() && *r >= 0.0),
+                "{} {}: {:?}",
+                line.scenario,
+                line.variant,
+                line.runs
+            );
+            if line.unit == "jobs/s" {
+                assert!(
+                    line.median > 0.0,
+                    "{} {}: no jobs",
+                    line.scenario,
+                    line.variant
+                );
+            }
         }
     }
 
-    /// Entry point of worker child processes when running under the test
-    /// harness (see `support::WorkerChild::start`).
+    /// Not a test: the entry point of worker child processes when the
+    /// benchmark runs under the test harness (`support::WorkerChild::start`
+    /// runs this binary with `--ignored --exact tests::worker_child`).
     #[test]
+    #[ignore = "the benchmark's worker process, started by quick_mode_runs"]
     fn worker_child() {
-        let Ok(concurrency) = std::env::var(super::CHILD_ENV) else {
-            return;
-        };
+        let concurrency = std::env::var(super::CHILD_ENV)
+            .expect("CONVEYOR_BENCH_WORKER: only the benchmark starts this");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

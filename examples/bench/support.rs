@@ -457,6 +457,7 @@ impl WorkerChild {
         if cfg!(test) {
             // Under the test harness, re-enter through the child test.
             cmd.args([
+                "--ignored",
                 "--exact",
                 "tests::worker_child",
                 "--nocapture",

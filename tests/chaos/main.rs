@@ -47,12 +47,14 @@ fn now_nanos() -> u128 {
         .unwrap_or(0)
 }
 
-/// In a worker process: serve `chaos` jobs until killed. Elsewhere: nothing.
+/// Not a test: the worker process the chaos tests start (this binary run
+/// with `--ignored --exact worker_process`); serves `chaos` jobs until
+/// killed.
 #[tokio::test]
+#[ignore = "the chaos tests' worker process, started by them"]
 async fn worker_process() {
-    let Ok(log_path) = std::env::var(ROLE) else {
-        return;
-    };
+    let log_path = std::env::var(ROLE)
+        .expect("CONVEYOR_CHAOS_WORKER (the run log's path): only the chaos tests start this");
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let lease = Duration::from_millis(
         std::env::var("CHAOS_LEASE_MS")
@@ -157,6 +159,7 @@ fn spawn_worker_cmd(
     let child = command
         .envs(env.iter().copied())
         .args([
+            "--ignored",
             "--exact",
             "worker_process",
             "--nocapture",
