@@ -281,7 +281,10 @@ impl Queries {
             worker_deregister: load(include_str!("worker_deregister.sql")),
             workers_mark_dead: load(include_str!("workers_mark_dead.sql")),
             workers_list: load(include_str!("workers_list.sql")),
-            list_job_ids: load(include_str!("list_job_ids.sql")),
+            list_job_ids: load(
+                &include_str!("list_job_ids.sql")
+                    .replace("{list_jobs}", include_str!("list_jobs.sql")),
+            ),
             count_jobs: load(include_str!("count_jobs.sql")),
             queue_stats: load(include_str!("queue_stats.sql")),
             #[cfg(feature = "metrics")]
