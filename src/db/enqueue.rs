@@ -212,13 +212,15 @@ fn copy_escape(out: &mut String, text: &str) {
     }
 }
 
-/// Sends `(channel, payload)` notifications in one statement of their own.
+/// Sends `(channel, payload)` notifications in one statement of their own;
+/// those on `job_finished` only while someone listens for them (notify.sql).
 pub(crate) async fn notify(pool: &PgPool, q: &Queries, notes: &[(&str, String)]) -> Result<()> {
     let channels: Vec<&str> = notes.iter().map(|(c, _)| *c).collect();
     let payloads: Vec<&str> = notes.iter().map(|(_, p)| p.as_str()).collect();
     sqlx::query(q.notify)
         .bind(&channels)
         .bind(&payloads)
+        .bind(q.job_finished_channel)
         .execute(q.on(pool))
         .await?;
     Ok(())

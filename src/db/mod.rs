@@ -98,6 +98,9 @@ pub(crate) struct Queries {
     pub job_ready_channel: &'static str,
     /// Channel on which outcomes announce finished jobs: payload = ids, comma-separated.
     pub job_finished_channel: &'static str,
+    /// Takes, for the session, the shared advisory lock that says someone
+    /// listens on `job_finished_channel` (see notify.sql).
+    pub finished_listener_lock: &'static str,
     /// Channel telling workers to cancel a running job: payload = its id.
     pub job_cancel_channel: &'static str,
     /// Channel announcing changed queue settings: payload = queue name.
@@ -239,6 +242,9 @@ impl Queries {
             pooled,
             job_ready_channel: leak(format!("{schema}.job_ready")),
             job_finished_channel: leak(format!("{schema}.job_finished")),
+            finished_listener_lock: leak(format!(
+                "SELECT pg_advisory_lock_shared(hashtextextended('{schema}.job_finished', 0))"
+            )),
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
             queue_changed_channel: leak(format!("{schema}.queue_changed")),
             ring_channel: leak(format!("{schema}.ring")),

@@ -41,21 +41,31 @@ fn dedicated_pool(connector: &Connector) -> Listen {
     )
 }
 
-async fn connect(pool: &PgPool, channels: &[&str]) -> Result<PgListener, sqlx::Error> {
+async fn connect(
+    pool: &PgPool,
+    channels: &[&str],
+    hold: Option<&'static str>,
+) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.ignore_pool_close_event(true);
     listener.listen_all(channels.iter().copied()).await?;
+    if let Some(hold) = hold {
+        sqlx::query(hold).execute(&mut listener).await?;
+    }
     Ok(listener)
 }
 
-/// Listens on `channels` until the returned task is aborted. `ready` turns
-/// true once the first LISTEN is in place. Errors never end the task: it
+/// Listens on `channels` until the returned task is aborted; `hold`, if
+/// given, runs on the listening session after each LISTEN (a session lock
+/// that tells senders someone listens). `ready` turns true once the first
+/// LISTEN is in place. Errors never end the task: it
 /// reconnects with backoff and reports a [`ListenEvent::Gap`]. If `on_event`
 /// panics, the listener is restarted (`on_panic` hears of it) with a fresh
 /// clone of `on_event`, and reports a gap.
 pub(crate) fn spawn_listener<E>(
     connector: &Connector,
     channels: Vec<&'static str>,
+    hold: Option<&'static str>,
     on_event: E,
     on_panic: impl FnMut(&str) + Send + 'static,
 ) -> (JoinHandle<()>, watch::Receiver<bool>)
@@ -84,6 +94,7 @@ where
                 pool.clone(),
                 connector.clone(),
                 channels.clone(),
+                hold,
                 on_event.clone(),
                 ready_tx.clone(),
             )
@@ -107,6 +118,7 @@ async fn listen(
     pool: OwnPool,
     connector: Connector,
     channels: Vec<&'static str>,
+    hold: Option<&'static str>,
     mut on_event: impl FnMut(ListenEvent<'_>),
     ready: Arc<watch::Sender<bool>>,
 ) {
@@ -114,7 +126,7 @@ async fn listen(
     loop {
         // Subscribed before connecting: a switch during the connect counts.
         let mut switched = std::pin::pin!(connector.switched());
-        let mut listener = match connect(&pool.pool, &channels).await {
+        let mut listener = match connect(&pool.pool, &channels, hold).await {
             Ok(listener) => listener,
             Err(error) => {
                 let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(5));
@@ -139,7 +151,19 @@ async fn listen(
                     });
                 }
                 // The connection dropped and was re-established (LISTEN included).
-                Ok(None) => on_event(ListenEvent::Gap),
+                Ok(None) => {
+                    // The connection was lost, and the listener connects
+                    // again on its next use; a session lock is not taken
+                    // again with it, so take it (reconnecting) before the
+                    // gap is reported and waiters look again.
+                    if let Some(hold) = hold
+                        && let Err(error) = sqlx::query(hold).execute(&mut listener).await
+                    {
+                        tracing::warn!(%error, "conveyor: LISTEN connection lost");
+                        break false;
+                    }
+                    on_event(ListenEvent::Gap)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "conveyor: LISTEN connection lost");
                     break false;

@@ -75,6 +75,9 @@ impl WaiterHub {
                 let listener = spawn_listener(
                     &self.connector,
                     vec![self.queries.job_finished_channel],
+                    // Outcomes are announced only while someone holds this
+                    // (src/db/notify.sql).
+                    Some(self.queries.finished_listener_lock),
                     move |event| {
                         let Some(hub) = hub.upgrade() else { return };
                         let state = hub.lock().unwrap_or_else(|p| p.into_inner());

@@ -177,6 +177,7 @@ impl WorkerBuilder {
             spawn_listener(
                 &client.connector(),
                 channels,
+                None,
                 on_event,
                 restarted(WorkerTask::Listener),
             )

@@ -339,3 +339,83 @@ async fn a_client_from_a_url_and_a_handler_with_shared_state() {
     assert_eq!(handle.wait(WAIT).await.unwrap(), json!(42));
     worker.shutdown(WAIT).await.unwrap();
 }
+
+/// Outcomes are announced on `job_finished` only while some session holds
+/// the shared lock that says it listens (as a `Client` awaiting a handle
+/// does): a listener without it hears nothing of a finished job, one with
+/// it hears the job's id, and a handle's wait is woken.
+#[tokio::test]
+async fn finished_jobs_are_announced_only_to_sessions_that_listen_for_them() {
+    let db = TestDb::new().await;
+    let mut bare = sqlx::postgres::PgListener::connect(&db.url())
+        .await
+        .unwrap();
+    bare.listen("conveyor.job_finished").await.unwrap();
+    let start = || {
+        Worker::builder(&db.client)
+            .concurrency(2)
+            .register_fn("echo", |_ctx, args| async move { Ok(args) })
+            .start()
+            .unwrap()
+    };
+
+    // Nobody holds the lock: the outcome is recorded, not announced.
+    let worker = start();
+    let unheard = db
+        .client
+        .enqueue(NewJob::new("echo", json!(1)))
+        .await
+        .unwrap()
+        .id();
+    eventually(WAIT, "the job succeeds", || async {
+        (count_jobs(&db.pool, &format!("id = '{unheard}' AND state = 'success'")).await == 1)
+            .then_some(())
+    })
+    .await;
+    // Shutdown waits for the last outcomes' announcements to be sent.
+    worker.shutdown(WAIT).await.unwrap();
+    sqlx::query("SELECT pg_notify('conveyor.job_finished', 'sentinel')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(WAIT, bare.recv()).await.unwrap().unwrap();
+    assert_eq!(first.payload(), "sentinel", "nothing came before the sentinel");
+
+    // With the lock held, the same listener hears the next job finish.
+    sqlx::query("SELECT pg_advisory_lock_shared(hashtextextended('conveyor.job_finished', 0))")
+        .execute(&mut bare)
+        .await
+        .unwrap();
+    let worker = start();
+    let heard = db
+        .client
+        .enqueue(NewJob::new("echo", json!(2)))
+        .await
+        .unwrap();
+    let note = tokio::time::timeout(WAIT, bare.recv()).await.unwrap().unwrap();
+    assert!(note.payload().split(',').any(|id| id == heard.id().to_string()));
+
+    // A handle's waiter holds the lock itself while it waits.
+    drop(bare);
+    let waiting = db
+        .client
+        .enqueue(NewJob::new("nobody_runs_this", json!(3)))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move { waiting.wait_job(WAIT).await });
+    eventually(WAIT, "the waiter holds the listeners' lock", || async {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks
+             WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted
+               AND ((classid::bigint << 32) | objid::bigint)
+                   = hashtextextended('conveyor.job_finished', 0)",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (held == 1).then_some(())
+    })
+    .await;
+    waiter.abort();
+    worker.shutdown(WAIT).await.unwrap();
+}
