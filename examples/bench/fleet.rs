@@ -18,7 +18,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::bouncer::{Bouncer, Options as BouncerOptions};
 use crate::cluster::{Cluster, Options};
-use crate::scenarios::{Config, Line, Spot, process_on};
+use crate::scenarios::{Config, Count, Line, Spot, process_on};
 use crate::support::{BenchDb, Result, median};
 
 /// PgBouncer's server connections per database (`default_pool_size`).
@@ -147,7 +147,15 @@ async fn run(db: &BenchDb, bouncer_port: Option<u16>, cfg: &Config) -> Result<Ve
         let mut ratios = Vec::new();
         for _ in 0..cfg.runs {
             for (i, shape) in pair.iter().enumerate() {
-                let run = process_on(db, cfg.jobs, &spots(*shape)?, shape.slots, None).await?;
+                let run = process_on(
+                    db,
+                    cfg.jobs,
+                    &spots(*shape)?,
+                    shape.slots,
+                    None,
+                    Count::Rollups,
+                )
+                .await?;
                 rates[i].push(run.rate);
                 details[i].push(json!({
                     "jobs_per_sec": run.rate,

@@ -23,7 +23,7 @@ use sqlx::postgres::PgConnectOptions;
 use crate::bouncer::{Bouncer, Options as BouncerOptions};
 use crate::cluster::{Cluster, Options};
 use crate::net::{self, Hosts};
-use crate::scenarios::{Config, Line, Spot, process_on};
+use crate::scenarios::{Config, Count, Line, Spot, process_on};
 use crate::support::{BenchDb, Result, median};
 
 /// Worker processes of the fleet run (full mode).
@@ -110,7 +110,15 @@ async fn run(db: &BenchDb, hosts: &Hosts, bouncer_port: u16, cfg: &Config) -> Re
     let mut details: Vec<Vec<Value>> = vec![Vec::new(); variants.len()];
     for _ in 0..cfg.runs {
         for (i, (_, spots)) in variants.iter().enumerate() {
-            let run = process_on(db, cfg.jobs, spots, cfg.host_concurrency, None).await?;
+            let run = process_on(
+                db,
+                cfg.jobs,
+                spots,
+                cfg.host_concurrency,
+                None,
+                Count::Announced,
+            )
+            .await?;
             runs[i].push(run.rate);
             details[i]
                 .push(json!({"jobs_per_sec": run.rate, "cpu": run.cpu, "server": run.server}));
@@ -172,7 +180,15 @@ async fn fleet(db: &BenchDb, hosts: &Hosts, pooled_url: &str, cfg: &Config) -> R
             }
         })
     };
-    let run = process_on(db, cfg.jobs, &spots, FLEET_CONCURRENCY, None).await;
+    let run = process_on(
+        db,
+        cfg.jobs,
+        &spots,
+        FLEET_CONCURRENCY,
+        None,
+        Count::Announced,
+    )
+    .await;
     done.store(true, Ordering::Relaxed);
     sampler.await?;
     let run = run?;

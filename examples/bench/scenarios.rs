@@ -369,7 +369,20 @@ pub async fn process_once(
         url: db.url.clone(),
         pooler: None,
     };
-    process_on(db, jobs, &vec![here; processes], concurrency, claim_ahead).await
+    let spots = vec![here; processes];
+    process_on(db, jobs, &spots, concurrency, claim_ahead, Count::Announced).await
+}
+
+/// How a processing run learns that its jobs finished.
+#[derive(Clone, Copy, Debug)]
+pub enum Count {
+    /// From `job_finished`, listened for as a `Client` awaiting handles
+    /// does (so the workers announce their outcomes): as C has always been
+    /// measured.
+    Announced,
+    /// From the outcome rollups, with nobody listening (so the workers
+    /// announce nothing): a fleet with nobody awaiting its jobs.
+    Rollups,
 }
 
 /// [`process_once`] with a worker process at each of `spots`.
@@ -379,6 +392,7 @@ pub async fn process_on(
     spots: &[Spot],
     concurrency: usize,
     claim_ahead: Option<usize>,
+    count: Count,
 ) -> Result<ProcessRun> {
     db.preload(jobs, 5_000).await?;
     db.client.pause_queue(QUEUE).await?;
@@ -403,8 +417,10 @@ pub async fn process_on(
         .count();
     db.wait_listeners((spots.len() - polling) as i64).await?;
     db.wait_registered(polling as i64).await?;
-    // Nobody awaits these jobs, so workers need not announce them.
-    let counter = FinishedCounter::from_rollups(&db.url).await?;
+    let counter = match count {
+        Count::Announced => FinishedCounter::listen(&db.url).await?,
+        Count::Rollups => FinishedCounter::from_rollups(&db.url).await?,
+    };
     if std::env::var(NO_CHECKPOINT_ENV).is_err() {
         db.checkpoint().await?;
     }

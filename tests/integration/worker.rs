@@ -378,8 +378,15 @@ async fn finished_jobs_are_announced_only_to_sessions_that_listen_for_them() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let first = tokio::time::timeout(WAIT, bare.recv()).await.unwrap().unwrap();
-    assert_eq!(first.payload(), "sentinel", "nothing came before the sentinel");
+    let first = tokio::time::timeout(WAIT, bare.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first.payload(),
+        "sentinel",
+        "nothing came before the sentinel"
+    );
 
     // With the lock held, the same listener hears the next job finish.
     sqlx::query("SELECT pg_advisory_lock_shared(hashtextextended('conveyor.job_finished', 0))")
@@ -392,8 +399,15 @@ async fn finished_jobs_are_announced_only_to_sessions_that_listen_for_them() {
         .enqueue(NewJob::new("echo", json!(2)))
         .await
         .unwrap();
-    let note = tokio::time::timeout(WAIT, bare.recv()).await.unwrap().unwrap();
-    assert!(note.payload().split(',').any(|id| id == heard.id().to_string()));
+    let note = tokio::time::timeout(WAIT, bare.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        note.payload()
+            .split(',')
+            .any(|id| id == heard.id().to_string())
+    );
 
     // A handle's waiter holds the lock itself while it waits.
     drop(bare);
