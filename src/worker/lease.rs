@@ -130,7 +130,7 @@ impl Lease {
 pub(crate) struct Ahead {
     pub job: Job,
     pub lease: Arc<Lease>,
-    /// When it was claimed, by this process's clock.
+    /// When its claim's rows arrived, by this process's clock.
     pub since: Instant,
 }
 

@@ -232,7 +232,6 @@ impl Producer {
                     lease_secs: self.lease.as_secs_f64(),
                     worker_id: &worker_id,
                     limited: self.limited.contains(&queue),
-                    bank: self.limits.health.ring_bank(),
                 };
                 // The leases run from before the claim was sent: never
                 // later, by this process's clock, than in the database.
@@ -252,13 +251,17 @@ impl Producer {
                 }
                 want -= (claimed.jobs.len() + claimed.undecodable.len()).min(want);
                 self.fail_undecodable(claimed.undecodable);
+                // A held job's wait for a slot counts from its arrival: a claim
+                // that took long (a pool or a pooler busy) is no reason to give
+                // its jobs back.
+                let arrived = Instant::now();
                 let mut claims = lock(&self.running);
                 for claimed in claimed.jobs {
                     let lease = Lease::new(claimed.job.id, claimed.lease_token, sent + self.lease);
                     claims.ahead.push_back(Ahead {
                         job: claimed.job,
                         lease,
-                        since: sent,
+                        since: arrived,
                     });
                 }
             }

@@ -274,3 +274,74 @@ async fn a_held_job_starts_while_a_claim_is_in_flight() {
     gate.add_permits(1_000);
     worker.shutdown(WAIT).await.unwrap();
 }
+
+/// A held job waits for a slot from the moment its claim's rows arrive, not
+/// from when the claim was sent: in a fleet behind a busy PgBouncer a claim
+/// took hundreds of milliseconds, and its jobs were given back before the
+/// worker could start them (41 give-backs per 1,000 jobs, each followed by
+/// another claim). Here the claim waits on a lock for longer than the hold
+/// limit; once it returns, every job it took runs under its token (none is
+/// given back and claimed again).
+#[tokio::test]
+async fn a_slow_claim_does_not_make_its_jobs_wait_too_long_already() {
+    use sqlx::Connection;
+    // Longer than the handful of short jobs below take on a loaded machine.
+    const LIMIT: Duration = Duration::from_secs(5);
+    const JOBS: usize = 11;
+    let db = TestDb::new().await;
+    let jobs: Vec<NewJob> = (0..JOBS)
+        .map(|i| NewJob::new("short", json!({ "i": i })))
+        .collect();
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    let ids: Vec<JobId> = handles.iter().map(|h| h.id()).collect();
+    let mut locker = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE conveyor.ready IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let worker = Worker::builder(&db.client)
+        .concurrency(1)
+        .give_back_held_after(LIMIT)
+        .hold_ahead_at_least(JOBS)
+        .register_fn("short", |_ctx, _args| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    // The claim has waited on the lock for longer than the hold limit.
+    eventually(
+        WAIT * 2,
+        "the claim waits longer than the hold limit",
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock'
+                              AND query LIKE '%Claim up to%'
+                              AND now() - query_start > make_interval(secs => $1))",
+            )
+            .bind(LIMIT.as_secs_f64() + 1.0)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            .then_some(())
+        },
+    )
+    .await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    for handle in &handles {
+        handle.wait_job(WAIT).await.unwrap();
+    }
+    let tokens: Vec<i64> =
+        sqlx::query_scalar("SELECT DISTINCT lease_token FROM conveyor.jobs WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        tokens.len(),
+        1,
+        "every job ran under the one claim that took them all: {tokens:?}"
+    );
+    worker.shutdown(WAIT).await.unwrap();
+}
