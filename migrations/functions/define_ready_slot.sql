@@ -17,8 +17,17 @@
 -- that inlined it, in every session, so the next insert goes to the new
 -- bank; an insert planned just before lands in the old bank, from where
 -- rotate_ring() carries it. conveyor.ready_bank stays the record of the
--- bank; this body is its copy. Returns whether the body changed. (Changing
--- the slot count or length means changing this, src/db/ring.rs and
+-- bank; this body is its copy.
+--
+-- The same call writes the workers' claim, conveyor_internal.claim_ready(),
+-- for the bank: its body is conveyor_internal.claim_statement(bank), which
+-- names the bank's slots as constants. A PL/pgSQL function keeps its plans
+-- per connection, through PgBouncer too, where the statement sent as such
+-- was parsed and planned at every claim (about 1.5 ms of the server's CPU
+-- each); and the workers need not know the bank to claim from it. Replaced,
+-- it is compiled and planned again by each session at its next call.
+-- Returns whether either body changed. (Changing the slot count or length
+-- means changing this, claim_statement(), src/db/ring.rs and
 -- conveyor_internal.rotate_ring() together.)
 CREATE OR REPLACE FUNCTION conveyor_internal.define_ready_slot(bank integer) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -26,10 +35,37 @@ DECLARE
     body text := format(
         'SELECT (%s + floor(extract(epoch FROM statement_timestamp()))::bigint %% 8)::smallint',
         define_ready_slot.bank * 8);
+    claim text := format(E'#variable_conflict use_column\nBEGIN\nRETURN QUERY %s;\nEND',
+                         conveyor_internal.claim_statement(define_ready_slot.bank));
+    changed boolean := false;
 BEGIN
     IF (SELECT p.prosrc FROM pg_proc p
+        WHERE p.oid = to_regprocedure('conveyor_internal.claim_ready(text, text[], bigint, float8, text, integer, integer)'))
+       IS DISTINCT FROM claim THEN
+        -- (The column names are OUT parameters; the body's names are columns.)
+        EXECUTE format(
+            'CREATE OR REPLACE FUNCTION conveyor_internal.claim_ready(
+                 from_queue text, for_tasks text[], most bigint, lease_secs float8,
+                 for_worker text, concurrency_limit integer, rate_room integer)
+             RETURNS TABLE (id uuid, queue text, task text, args jsonb, headers jsonb, state text,
+                 priority integer, run_at timestamptz, attempt integer, max_retries integer,
+                 retry_backoff_base_secs float8, retry_backoff_secs float8, timeout_secs float8,
+                 lease_expires_at timestamptz, worker_id text, result jsonb, last_error text,
+                 errors jsonb, created_at timestamptz, started_at timestamptz,
+                 finished_at timestamptz, workflow_id uuid, workflow_index integer,
+                 on_success jsonb, on_error jsonb, lease_token bigint)
+             LANGUAGE plpgsql AS %L', claim);
+        EXECUTE format(
+            'COMMENT ON FUNCTION conveyor_internal.claim_ready(text, text[], bigint, float8, text, integer, integer) IS %L',
+            format('Internal. The workers'' claim: up to `most` runnable jobs of `from_queue` for `for_worker`, '
+                   'from bank %s of the ready ring (conveyor_internal.claim_statement() says how). '
+                   'Redefined by conveyor_internal.define_ready_slot() when the bank changes.',
+                   define_ready_slot.bank));
+        changed := true;
+    END IF;
+    IF (SELECT p.prosrc FROM pg_proc p
         WHERE p.oid = to_regprocedure('conveyor_internal.ready_slot()')) IS NOT DISTINCT FROM body THEN
-        RETURN false;
+        RETURN changed;
     END IF;
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION conveyor_internal.ready_slot() RETURNS smallint
@@ -45,7 +81,7 @@ END
 $$;
 
 COMMENT ON FUNCTION conveyor_internal.define_ready_slot(integer) IS
-    'Internal. (Re)defines conveyor_internal.ready_slot() for ring bank `bank` (the bank as a constant in its body, so that inserts pay no lookup); returns whether it changed. Called by rotate_ring() and when the functions are applied.';
+    'Internal. (Re)defines conveyor_internal.ready_slot() and conveyor_internal.claim_ready() for ring bank `bank` (the bank as a constant in their bodies, so that inserts pay no lookup and claims read that bank''s slots); returns whether either changed. Called by rotate_ring() and when the functions are applied.';
 
 -- Before migration V16 there are no banks (bank 0).
 DO $$

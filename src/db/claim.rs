@@ -39,6 +39,16 @@ pub(crate) async fn promote<'e>(
     })
 }
 
+/// The text of the claim for `bank` of the ready ring
+/// (`conveyor_internal.claim_statement()`), for tests that read its plan.
+pub(crate) async fn claim_statement(pool: &PgPool, q: &Queries, bank: usize) -> Result<String> {
+    let bank = i32::try_from(bank).unwrap_or(i32::MAX);
+    Ok(sqlx::query_scalar(q.claim_statement)
+        .bind(bank)
+        .fetch_one(q.on(pool))
+        .await?)
+}
+
 /// What to claim, for whom.
 pub(crate) struct Claim<'a> {
     pub queue: &'a str,
@@ -49,9 +59,6 @@ pub(crate) struct Claim<'a> {
     pub worker_id: &'a str,
     /// The queue has a global concurrency limit.
     pub limited: bool,
-    /// The bank of the ready ring to read (`conveyor.ready_bank`, below
-    /// `ring::READY_BANKS`).
-    pub bank: usize,
 }
 
 /// What a claim found.
@@ -121,7 +128,7 @@ fn decode_claimed(rows: Vec<sqlx::postgres::PgRow>, claimed: &mut Claimed) {
 /// Claims up to `limit` jobs of `queue`. With a concurrency or rate limit
 /// the claim runs in a transaction after locking the queue's row.
 pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<Claimed> {
-    let statement = q.claim[c.bank.min(q.claim.len() - 1)];
+    let statement = q.claim;
     let claim = |concurrency: Option<i32>, rate_room: Option<i32>| {
         // Rows, not `Job`s: see `decode_claimed`.
         sqlx::query(statement)

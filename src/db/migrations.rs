@@ -38,6 +38,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/cancel.sql"),
     ),
     (
+        "claim_statement",
+        include_str!("../../migrations/functions/claim_statement.sql"),
+    ),
+    (
         "claims_done",
         include_str!("../../migrations/functions/claims_done.sql"),
     ),
@@ -311,10 +315,11 @@ mod tests {
             "FUNCTIONS and migrations/functions/ disagree"
         );
         for (name, text) in FUNCTIONS {
-            // define_ready_slot() writes ready_slot(), whose body holds the
-            // ring's current bank (define_ready_slot.sql says why).
+            // define_ready_slot() writes claim_ready() and ready_slot(), whose
+            // bodies hold the ring's current bank (define_ready_slot.sql says why).
             let mut expected = vec![name.to_string()];
             if *name == "define_ready_slot" {
+                expected.push("claim_ready".to_string());
                 expected.push("ready_slot".to_string());
             }
             assert_eq!(

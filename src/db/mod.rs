@@ -35,7 +35,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::error::{Error, Result};
 use crate::job::JobState;
 
-pub(crate) use claim::{Claim, Undecodable, claim, promote};
+pub(crate) use claim::{Claim, Undecodable, claim, claim_statement, promote};
 pub use enqueue::{BULK_CHUNK, COPY_MIN};
 pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
@@ -118,8 +118,8 @@ pub(crate) struct Queries {
     fetch_state: &'static str,
     fetch_state_anywhere: &'static str,
     promote: &'static str,
-    /// The claim statement for each bank of the ready ring.
-    claim: [&'static str; ring::READY_BANKS],
+    claim: &'static str,
+    claim_statement: &'static str,
     complete: &'static str,
     heartbeat: &'static str,
     count_leases_lost: &'static str,
@@ -230,13 +230,7 @@ impl Queries {
             let sql = sql.replace("{job_columns}", columns);
             leak(in_schema(&sql, schema))
         };
-        let claim = std::array::from_fn(|bank| {
-            load(
-                &include_str!("claim.sql")
-                    .replace("{bank_slots}", &ring::bank_slots(bank))
-                    .replace("{delete_picked}", &ring::delete_picked(bank)),
-            )
-        });
+
         let queries: &'static Queries = Box::leak(Box::new(Queries {
             schema: leak(schema.to_string()),
             pooled,
@@ -258,7 +252,8 @@ impl Queries {
             fetch_state: load(include_str!("fetch_state.sql")),
             fetch_state_anywhere: load(include_str!("fetch_state_anywhere.sql")),
             promote: load(include_str!("promote.sql")),
-            claim,
+            claim: load(include_str!("claim.sql")),
+            claim_statement: load("SELECT conveyor_internal.claim_statement($1::integer)"),
             complete: load(include_str!("complete.sql")),
             heartbeat: load(include_str!("heartbeat.sql")),
             count_leases_lost: load(include_str!("count_leases_lost.sql")),
@@ -326,12 +321,6 @@ impl Queries {
     pub(crate) fn migrations_table(&self) -> &'static str {
         self.migrations_table
     }
-}
-
-/// The claim statement for each bank of the ready ring (for tests that read
-/// what a claim costs).
-pub(crate) fn claim_statements(q: &Queries) -> [&'static str; ring::READY_BANKS] {
-    q.claim
 }
 
 fn parse_state(s: &str) -> Result<JobState> {

@@ -107,13 +107,14 @@ pub async fn perform<T: Task>(task: &T, args: T::Args) -> Result<T::Output, Task
     task.run(context(T::NAME), args).await
 }
 
-/// The text of the worker's claim statement for `client`'s schema and bank
-/// `bank` of the ready ring (`conveyor.ready_bank`; 0 unless a long
-/// transaction holds slots of the ring), as the worker sends it: for
-/// Conveyor's own tests that measure what a claim reads (`EXPLAIN (ANALYZE,
-/// BUFFERS)`). Not a stable interface.
+/// The text of the worker's claim for `client`'s schema and bank `bank` of
+/// the ready ring (`conveyor.ready_bank`; 0 unless a long transaction holds
+/// slots of the ring): the body `conveyor_internal.claim_ready()` has while
+/// that bank is current, with its parameters `$1`-`$7`. For Conveyor's own
+/// tests that measure what a claim reads (`EXPLAIN (ANALYZE, BUFFERS)`). Not
+/// a stable interface.
 #[doc(hidden)]
-pub fn claim_statement(client: &Client, bank: usize) -> &'static str {
-    let all = db::claim_statements(client.inner.queries);
-    all[bank.min(all.len() - 1)]
+pub async fn claim_statement(client: &Client, bank: usize) -> crate::Result<String> {
+    let inner = &client.inner;
+    db::claim_statement(&inner.pool, inner.queries, bank).await
 }

@@ -279,8 +279,8 @@ enum Operator {
     Delete,
 }
 
-/// Round after round, a worker's claim (`claim.sql`, as the worker sends
-/// it) takes pending jobs while an operator cancels or deletes half of them.
+/// Round after round, a worker's claim (`conveyor_internal.claim_ready()`,
+/// as the worker sends it) takes pending jobs while an operator cancels or deletes half of them.
 /// On a small table the claim's UPDATE reads the jobs in disk order (a
 /// sequential scan), here the reverse of their id order. No round may end
 /// in a deadlock, and the operator's answer is what it was: every job asked
@@ -290,7 +290,6 @@ enum Operator {
 async fn claims_meeting(operator: Operator) {
     const JOBS: usize = 200;
     let db = TestDb::new().await;
-    let claim = conveyor::testing::claim_statement(&db.client, 0);
     let mut claimer: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
     let mut canceller: PoolConnection<Postgres> = db.pool.acquire().await.unwrap();
     let counted_before = deadlocks(&db.pool).await;
@@ -318,15 +317,17 @@ async fn claims_meeting(operator: Operator) {
         }
         let to_act: Vec<Uuid> = ids.iter().step_by(2).copied().collect();
         let tasks = vec!["work".to_string()];
-        let claiming = sqlx::query(claim)
-            .bind("default")
-            .bind(&tasks)
-            .bind(JOBS as i64)
-            .bind(30.0_f64)
-            .bind("lock-order")
-            .bind(None::<i32>)
-            .bind(None::<i32>)
-            .fetch_all(&mut *claimer);
+        // What the worker sends (src/db/claim.sql).
+        let claiming =
+            sqlx::query("SELECT * FROM conveyor_internal.claim_ready($1, $2, $3, $4, $5, $6, $7)")
+                .bind("default")
+                .bind(&tasks)
+                .bind(JOBS as i64)
+                .bind(30.0_f64)
+                .bind("lock-order")
+                .bind(None::<i32>)
+                .bind(None::<i32>)
+                .fetch_all(&mut *claimer);
         let acting = async {
             match operator {
                 Operator::Cancel => cancel_jobs(&mut canceller, &to_act).await,

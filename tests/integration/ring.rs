@@ -59,7 +59,9 @@ async fn claim_buffers(db: &TestDb, bank: usize) -> (u64, String) {
 /// [`claim_buffers`] for a queue whose global concurrency limit is
 /// `limit` (the claim's `$6`).
 async fn claim_buffers_limited(db: &TestDb, bank: usize, limit: Option<i32>) -> (u64, String) {
-    let claim = conveyor::testing::claim_statement(&db.client, bank);
+    let claim = conveyor::testing::claim_statement(&db.client, bank)
+        .await
+        .expect("the claim statement");
     let mut conn = PgConnection::connect(&db.url()).await.unwrap();
     let mut tx = conn.begin().await.unwrap();
     if limit.is_some() {

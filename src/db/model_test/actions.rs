@@ -41,7 +41,6 @@ impl Run {
             lease_secs: 60.0,
             worker_id: &name,
             limited: false,
-            bank: self.bank,
         };
         let claimed = db::claim(&self.client.inner.pool, self.q(), &claim)
             .await
