@@ -27,7 +27,7 @@
 -- each); and the workers need not know the bank to claim from it. Replaced,
 -- it is compiled and planned again by each session at its next call.
 -- Returns whether either body changed. (Changing the slot count or length
--- means changing this, claim_statement(), src/db/ring.rs and
+-- means changing this, claim_statement(), src/db/ring.rs (the bank count) and
 -- conveyor_internal.rotate_ring() together.)
 CREATE OR REPLACE FUNCTION conveyor_internal.define_ready_slot(bank integer) RETURNS boolean
 LANGUAGE plpgsql AS $$

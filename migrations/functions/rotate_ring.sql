@@ -24,7 +24,8 @@
 --    emptied, conveyor.ready_bank names it and inserts go there
 --    (conveyor_internal.define_ready_slot()). Once the holder is gone, a
 --    lower bank (bank 0 in the end) becomes current again the same way.
---    Claims read the current bank only (src/db/ring.rs); every change is
+--    Claims read the current bank only (its slots are named in the body of
+--    conveyor_internal.claim_ready(), rewritten with ready_slot()); every change is
 --    announced on the channel conveyor.ring (payload: the bank).
 -- 3. Carries the runnable rows left in other banks (the held bank's at the
 --    switch, stragglers later) into the current slot, waking the workers of

@@ -334,7 +334,7 @@ fn parse_state(s: &str) -> Result<JobState> {
 
 #[cfg(test)]
 mod template_test {
-    /// A placeholder (`{job_columns}`, `{delete_picked}`, …) in a comment of
+    /// A placeholder (`{job_columns}`, `{list_jobs}`, …) in a comment of
     /// a statement file is replaced too, and a replacement of several lines
     /// then ends the comment early: the statement breaks.
     #[test]
