@@ -161,8 +161,9 @@ async fn the_database_holds_exactly_the_functions_of_the_function_files() {
             name.trim_end_matches(".sql").to_string()
         })
         .collect();
-    // define_ready_slot.sql also writes ready_slot(), whose body holds the
-    // ring's current bank.
+    // define_ready_slot.sql also writes claim_ready() and ready_slot(),
+    // whose bodies hold the ring's current bank.
+    files.push("claim_ready".to_string());
     files.push("ready_slot".to_string());
     files.sort();
     assert_eq!(
