@@ -7,7 +7,10 @@
 //! starts the next job at once. The buffer holds what the worker is expected
 //! to start within [`HORIZON`] (or two claim round trips, when they take
 //! longer: see [`Pace::claimed_in`]) at the pace it has been starting jobs,
-//! capped by [`crate::WorkerBuilder::claim_ahead`]: a worker whose jobs are slow
+//! or, while claims are that slow, at the pace its slots could start them
+//! (slots over the mean time a job took: see [`Pace::finished_in`]) when
+//! that is faster, capped by
+//! [`crate::WorkerBuilder::claim_ahead`]: a worker whose jobs are slow
 //! claims (almost) nothing ahead, so it never holds a small backlog that
 //! idle workers could run. A job that still waits after [`MAX_WAIT`] (the
 //! pace dropped) is given back.
@@ -88,17 +91,41 @@ pub(crate) struct Pace {
     rate: f64,
     /// How long a claim took lately (a moving average).
     round_trip: Duration,
+    /// The worker's slots.
+    slots: usize,
+    /// How long a job took lately, from its start to its end (a moving
+    /// average; none before the first job ended).
+    job_time: Option<Duration>,
 }
 
 impl Pace {
-    /// No jobs started yet, measured from `now`.
-    pub(crate) fn new(now: Instant) -> Pace {
+    /// No jobs started yet by a worker of `slots`, measured from `now`.
+    pub(crate) fn new(now: Instant, slots: usize) -> Pace {
         Pace {
             since: now,
             started: 0,
             rate: 0.0,
             round_trip: Duration::ZERO,
+            slots,
+            job_time: None,
         }
+    }
+
+    /// Counts a job that took `took` from its start to its end. A worker
+    /// held back by its claims rather than by its jobs (a small process of
+    /// a fleet, its jobs done in microseconds, its claims taking tens of
+    /// milliseconds behind a busy PgBouncer) starts only what each claim
+    /// brings, so its pace alone kept it to claims of a few jobs for ever:
+    /// its slots' pace, slots over this mean, is what it can start within
+    /// the horizon (docs/decisions/2026-11-28-hold-by-slots.md). Only when
+    /// claims take longer than half the [`HORIZON`]: with fast claims the
+    /// pace is set by the jobs, and holding more would only take jobs from
+    /// other workers and blur the claim order (priorities, queue weights).
+    pub(crate) fn finished_in(&mut self, took: Duration) {
+        self.job_time = Some(match self.job_time {
+            None => took,
+            Some(mean) => (mean * 7 + took) / 8,
+        });
     }
 
     /// Counts a claim that took `took`, from sending it to its rows. A
@@ -128,7 +155,14 @@ impl Pace {
         // Rounded down: a worker starting fewer than one job per HORIZON
         // holds nothing ahead. (A float-to-int `as` saturates; NaN gives 0.)
         let horizon = (self.round_trip * 2).clamp(HORIZON, MAX_HORIZON);
-        let ahead = (self.rate * horizon.as_secs_f64()).floor();
+        // When claims are slow, what the slots could start at the mean time
+        // a job took (a zero mean gives infinity, capped below). When they
+        // are fast the pace is the jobs' own, and claims stay small.
+        let slots_rate = match self.job_time {
+            Some(took) if self.round_trip * 2 > HORIZON => self.slots as f64 / took.as_secs_f64(),
+            _ => 0.0,
+        };
+        let ahead = (self.rate.max(slots_rate) * horizon.as_secs_f64()).floor();
         (ahead as usize).min(max)
     }
 }
@@ -166,6 +200,7 @@ impl Producer {
                 self.outcomes.clone(),
             ));
             claims.running.insert(abort.id(), lease);
+            self.started_at.insert(abort.id(), Instant::now());
             self.pace.started(1);
         }
     }
@@ -223,7 +258,7 @@ mod tests {
     #[test]
     fn the_buffer_follows_the_pace_and_its_cap() {
         let mut now = Instant::now();
-        let mut pace = Pace::new(now);
+        let mut pace = Pace::new(now, 4);
         assert_eq!(pace.target(1_000, now), 0, "nothing started yet");
         // 2,000 jobs in 100 ms: 20,000/s; the average starts from zero.
         pace.started(2_000);
@@ -245,7 +280,7 @@ mod tests {
     #[test]
     fn slow_claims_hold_two_round_trips_of_work_up_to_the_cap() {
         let mut now = Instant::now();
-        let mut pace = Pace::new(now);
+        let mut pace = Pace::new(now, 4);
         // 40 starts a second: 2 in 50 ms.
         for _ in 0..10 {
             pace.started(4);
@@ -263,5 +298,44 @@ mod tests {
         }
         assert_eq!(pace.target(1_000, now), 9, "capped at 250 ms");
         assert_eq!(pace.target(5, now), 5, "and by claim_ahead");
+    }
+
+    #[test]
+    fn a_worker_held_back_by_its_claims_holds_what_its_slots_can_start() {
+        let mut now = Instant::now();
+        let mut pace = Pace::new(now, 4);
+        // Claims of 4 jobs every 100 ms: 40 starts a second, 2 in 50 ms.
+        for _ in 0..10 {
+            pace.started(4);
+            now += WINDOW;
+            pace.target(1_000, now);
+        }
+        assert_eq!(pace.target(1_000, now), 1, "no job has ended yet");
+        // Each job took 1 ms: 4 slots could start 4,000 a second.
+        for _ in 0..20 {
+            pace.finished_in(Duration::from_millis(1));
+        }
+        assert_eq!(
+            pace.target(1_000, now),
+            1,
+            "claims are fast: the pace rules"
+        );
+        // Claims of 100 ms: two round trips, 200 ms at 4,000 a second.
+        for _ in 0..40 {
+            pace.claimed_in(Duration::from_millis(100));
+        }
+        assert_eq!(pace.target(1_000, now), 799);
+        assert_eq!(pace.target(50, now), 50, "capped by claim_ahead");
+        // Jobs of no time at all: as many as claim_ahead allows.
+        for _ in 0..200 {
+            pace.finished_in(Duration::ZERO);
+        }
+        assert_eq!(pace.target(1_000, now), 1_000);
+        // Slow jobs (a second each): the slots start 4 a second, and the
+        // worker is back to its pace (40 a second, two round trips).
+        for _ in 0..200 {
+            pace.finished_in(Duration::from_secs(1));
+        }
+        assert_eq!(pace.target(1_000, now), 7);
     }
 }

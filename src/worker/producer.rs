@@ -63,6 +63,8 @@ pub(crate) struct Producer {
     pub hold_limit: ahead::HoldLimit,
     /// The pace at which jobs were started lately.
     pub pace: Pace,
+    /// When each running executor was started (for [`Pace::finished_in`]).
+    pub started_at: HashMap<tokio::task::Id, Instant>,
     /// Jobs being run or held ahead, shared with the heartbeat.
     pub running: RunningJobs,
     pub outcomes: crate::worker::completer::Outbox,
@@ -322,7 +324,7 @@ impl Producer {
 
     /// Forgets `first` and every other executor that has ended.
     fn finished_all(
-        &self,
+        &mut self,
         first: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
         tasks: &mut JoinSet<()>,
     ) {
@@ -334,12 +336,15 @@ impl Producer {
     }
 
     /// Forgets an executor that ended (its outcome is with the completer).
-    fn finished(&self, joined: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+    fn finished(&mut self, joined: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
         let id = match joined {
             Ok((id, ())) => id,
             Err(e) => e.id(),
         };
         lock(&self.running).running.remove(&id);
+        if let Some(at) = self.started_at.remove(&id) {
+            self.pace.finished_in(at.elapsed());
+        }
     }
 
     /// Stops claiming, gives back the jobs held ahead, waits up to the grace
