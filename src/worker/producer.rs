@@ -309,6 +309,9 @@ impl Producer {
         tasks: &mut JoinSet<()>,
         claim: impl std::future::Future<Output = T>,
     ) -> T {
+        // What the previous queue's claim of this round brought starts now,
+        // not when this one returns (it may wait for its turn).
+        self.start_ahead(tasks);
         tokio::pin!(claim);
         loop {
             tokio::select! {

@@ -813,3 +813,64 @@ async fn the_ring_upkeep_runs_once_per_gap_whoever_calls_it() {
     let statement = include_str!("../../src/db/rotate_ring.sql");
     assert!(statement.contains("min_gap => '200 milliseconds'"));
 }
+
+/// Claims of a queue take turns, two at a time, on two advisory locks
+/// (`conveyor_internal.define_ready_slot()` says why): while a session holds
+/// both, a worker's claim waits for its turn and its job does not start;
+/// once they are free it runs. A queue with a concurrency limit, whose
+/// claims already take turns on its row, does not wait for them.
+#[tokio::test]
+async fn claims_of_a_queue_take_turns() {
+    let db = TestDb::new().await;
+    db.client.set_queue_limit("limited", Some(5)).await.unwrap();
+    let mut turns = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql(
+        "SELECT pg_advisory_lock(hashtextextended('conveyor.claim:default:0', 0)),
+                pg_advisory_lock(hashtextextended('conveyor.claim:default:1', 0)),
+                pg_advisory_lock(hashtextextended('conveyor.claim:limited:0', 0)),
+                pg_advisory_lock(hashtextextended('conveyor.claim:limited:1', 0))",
+    )
+    .execute(&mut turns)
+    .await
+    .unwrap();
+    let waiting = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})))
+        .await
+        .unwrap();
+    let limited = db
+        .client
+        .enqueue(NewJob::new("noop", json!({})).queue("limited"))
+        .await
+        .unwrap();
+    let worker = Worker::builder(&db.client)
+        .queues(["limited", "default"])
+        .concurrency(2)
+        .register_fn("noop", |_ctx, _args| async { Ok(Value::Null) })
+        .start()
+        .unwrap();
+    limited.wait(WAIT).await.unwrap();
+    eventually(WAIT, "a claim waiting for its turn", || async {
+        let waits: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks
+             WHERE locktype = 'advisory' AND NOT granted AND database =
+                   (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (waits > 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        waiting.job().await.unwrap().state,
+        conveyor::JobState::Pending,
+        "not claimed while both turns are taken"
+    );
+    sqlx::raw_sql("SELECT pg_advisory_unlock_all()")
+        .execute(&mut turns)
+        .await
+        .unwrap();
+    waiting.wait(WAIT).await.unwrap();
+    worker.shutdown(WAIT).await.unwrap();
+}
