@@ -277,16 +277,22 @@ mod tests {
         assert_eq!(pace.target(1_000, now), 0);
     }
 
-    #[test]
-    fn slow_claims_hold_two_round_trips_of_work_up_to_the_cap() {
+    /// A worker of 4 slots whose claims bring 4 jobs every 100 ms: 40
+    /// starts a second, 2 in 50 ms; and the time it reached that pace.
+    fn forty_starts_a_second() -> (Pace, Instant) {
         let mut now = Instant::now();
         let mut pace = Pace::new(now, 4);
-        // 40 starts a second: 2 in 50 ms.
         for _ in 0..10 {
             pace.started(4);
             now += WINDOW;
             pace.target(1_000, now);
         }
+        (pace, now)
+    }
+
+    #[test]
+    fn slow_claims_hold_two_round_trips_of_work_up_to_the_cap() {
+        let (mut pace, now) = forty_starts_a_second();
         assert_eq!(pace.target(1_000, now), 1, "fast claims: 50 ms");
         for _ in 0..20 {
             pace.claimed_in(Duration::from_millis(100));
@@ -302,14 +308,7 @@ mod tests {
 
     #[test]
     fn a_worker_held_back_by_its_claims_holds_what_its_slots_can_start() {
-        let mut now = Instant::now();
-        let mut pace = Pace::new(now, 4);
-        // Claims of 4 jobs every 100 ms: 40 starts a second, 2 in 50 ms.
-        for _ in 0..10 {
-            pace.started(4);
-            now += WINDOW;
-            pace.target(1_000, now);
-        }
+        let (mut pace, now) = forty_starts_a_second();
         assert_eq!(pace.target(1_000, now), 1, "no job has ended yet");
         // Each job took 1 ms: 4 slots could start 4,000 a second.
         for _ in 0..20 {
