@@ -26,6 +26,7 @@ DECLARE
     lo timestamptz;
     name text;
     created integer := 0;
+    caller_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('conveyor.history_partitions', 0)) THEN
         RETURN 0;
@@ -56,6 +57,9 @@ BEGIN
             END;
         END LOOP;
     END LOOP;
+    -- The caller's lock_timeout for the rest of its transaction and its
+    -- commit (see conveyor_internal.rotate_ring()).
+    PERFORM set_config('lock_timeout', caller_lock_timeout, true);
     RETURN created;
 END
 $$;

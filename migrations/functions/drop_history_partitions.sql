@@ -22,6 +22,7 @@ DECLARE
     parent regclass;
     part record;
     dropped integer := 0;
+    caller_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     IF job_state NOT IN ('success', 'failure', 'cancelled') THEN
         RAISE EXCEPTION 'not a final state: %', job_state USING ERRCODE = 'invalid_parameter_value';
@@ -55,9 +56,12 @@ BEGIN
             EXECUTE format('DROP TABLE %s', part.rel);
             dropped := dropped + 1;
         EXCEPTION WHEN lock_not_available THEN
-            RETURN dropped;
+            EXIT;
         END;
     END LOOP;
+    -- The caller's lock_timeout for the rest of its transaction and its
+    -- commit (see conveyor_internal.rotate_ring()).
+    PERFORM set_config('lock_timeout', caller_lock_timeout, true);
     RETURN dropped;
 END
 $$;

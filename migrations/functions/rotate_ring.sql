@@ -41,8 +41,8 @@
 -- process calls this a few times a second, and a fleet of them needs no
 -- more passes than one process does.
 --
--- Every lock is waited for at most lock_wait: while it waits, claims queue
--- behind it. Returns the current bank, the slots emptied, whether a long
+-- Every lock the pass takes is waited for at most lock_wait: while it
+-- waits, claims queue behind it. (Not its commit's: see the end.) Returns the current bank, the slots emptied, whether a long
 -- transaction holds any slot, and whether it holds the current bank (no
 -- bank was free to switch to: claims slow down until it ends).
 CREATE OR REPLACE FUNCTION conveyor_internal.rotate_ring(
@@ -71,6 +71,7 @@ DECLARE
     woken text[] := '{}';
     now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     last_ms bigint;
+    caller_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     SELECT b.bank, b.since INTO cur, cur_since FROM conveyor.ready_bank b;
     cur := coalesce(cur, 0);
@@ -243,6 +244,13 @@ BEGIN
     PERFORM pg_notify('conveyor.job_ready', json_build_object('queue', q)::text)
     FROM (SELECT DISTINCT unnest(woken) AS q) AS w;
 
+    -- The caller's lock_timeout again before the commit: a pass that
+    -- notifies takes, at COMMIT, the lock with which PostgreSQL orders the
+    -- notifying commits of the whole cluster, which any busy database's
+    -- commits hold in turn. Bounded by lock_wait there too, the pass failed
+    -- whole at COMMIT under load ("canceling statement due to lock
+    -- timeout") and its bank switch was lost.
+    PERFORM set_config('lock_timeout', caller_lock_timeout, true);
     RETURN QUERY SELECT cur, n_emptied, cardinality(held_banks) > 0, cur = ANY(held_banks);
 END
 $$;

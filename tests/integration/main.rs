@@ -32,6 +32,7 @@ mod proxy;
 mod queues;
 mod retries;
 mod ring;
+mod ring_upkeep;
 mod stats;
 #[cfg(feature = "otel")]
 mod traces;

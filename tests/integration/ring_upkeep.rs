@@ -1,0 +1,90 @@
+//! The ready ring's upkeep (`conveyor_internal.rotate_ring()`) under
+//! contention: it bounds its own lock waits, so that claims never queue long
+//! behind it, and nothing else; a busy slot costs that slot, not the pass.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sqlx::{Connection, PgConnection};
+
+use crate::common::{TestDb, WAIT, eventually};
+
+/// Whether a session of the cluster holds the lock with which PostgreSQL
+/// orders notifying commits (taken at COMMIT by a transaction that sent a
+/// notification, across all databases: an object lock on database 0).
+const NOTIFY_LOCK_HELD: &str = "SELECT EXISTS (
+    SELECT 1 FROM pg_locks
+    WHERE locktype = 'object' AND database = 0 AND classid = 'pg_database'::regclass
+      AND objid = 0 AND mode = 'AccessExclusiveLock' AND granted)";
+
+/// A pass that switches banks notifies (`conveyor.ring`), so its COMMIT takes
+/// the cluster's notify lock, which the notifying commits of every database
+/// hold in turn. The pass bounded its lock waits to 5 ms for the rest of its
+/// transaction, COMMIT included: while a busy database's commits held that
+/// lock, the pass failed at COMMIT ("canceling statement due to lock
+/// timeout") and its switch was lost (a CI run of the dump test, right
+/// after its dump ended). Here two sessions commit notifications slowly
+/// (`commit_delay`, 100 ms, is slept with the lock held) while a pass that
+/// switches back to bank 0 commits.
+#[tokio::test]
+async fn a_pass_commits_while_other_commits_hold_the_notify_lock() {
+    let db = TestDb::new().await;
+    // Bank 1 by hand: the next pass makes its tables and, finding nobody
+    // holding bank 0, switches back to it (and notifies).
+    sqlx::query("UPDATE conveyor.ready_bank SET bank = 1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut pass = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut pass).await.unwrap();
+    let bank: i16 = sqlx::query_scalar("SELECT current_bank FROM conveyor_internal.rotate_ring()")
+        .fetch_one(&mut pass)
+        .await
+        .unwrap();
+    assert_eq!(bank, 0, "the pass switched back to bank 0");
+
+    sqlx::query("CREATE TABLE slow_commits (n int)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut conn = PgConnection::connect(&db.url()).await.unwrap();
+        let stop = stop.clone();
+        slow.push(tokio::spawn(async move {
+            // (Slept only when the commit has WAL to flush: hence the insert.)
+            sqlx::raw_sql("SET commit_delay = 100000; SET commit_siblings = 0")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                sqlx::raw_sql(
+                    "BEGIN; INSERT INTO slow_commits VALUES (1); NOTIFY conveyor_test_slow; COMMIT",
+                )
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    eventually(WAIT, "a slow commit holding the notify lock", || async {
+        let held: bool = sqlx::query_scalar(NOTIFY_LOCK_HELD)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        held.then_some(())
+    })
+    .await;
+    let committed = sqlx::raw_sql("COMMIT").execute(&mut pass).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in slow {
+        task.await.unwrap();
+    }
+    committed.expect("the pass commits once the notify lock is free");
+    let bank: i16 = sqlx::query_scalar("SELECT bank FROM conveyor.ready_bank")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(bank, 0, "the switch was kept");
+}
