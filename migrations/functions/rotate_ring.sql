@@ -167,9 +167,12 @@ BEGIN
     FOR i IN 1 .. coalesce(array_length(slots, 1), 0) LOOP
         CONTINUE WHEN slots[i] = now_slot;
         t := tabs[i];
-        -- Already empty (its file has no page since the last TRUNCATE).
-        CONTINUE WHEN pg_relation_size(t) = 0;
         BEGIN
+            -- Already empty (its file has no page since the last TRUNCATE).
+            -- Asking takes a lock too: a slot someone holds in ACCESS
+            -- EXCLUSIVE mode (autovacuum truncating its end, a LOCK TABLE)
+            -- is skipped, not the whole pass.
+            CONTINUE WHEN pg_relation_size(t) = 0;
             IF holders[i] IS NOT NULL THEN
                 -- Held: it cannot be emptied. In the current bank it is
                 -- left alone (no other bank was free); in another, its
@@ -222,11 +225,11 @@ BEGIN
             SELECT DISTINCT slots[k] / 8 FROM generate_subscripts(slots, 1) AS k
             WHERE slots[k] / 8 NOT IN (0, cur)
         LOOP
-            CONTINUE WHEN EXISTS (
-                SELECT 1 FROM generate_subscripts(slots, 1) AS k
-                WHERE slots[k] / 8 = target
-                  AND (holders[k] IS NOT NULL OR pg_relation_size(tabs[k]) > 0));
             BEGIN
+                CONTINUE WHEN EXISTS (
+                    SELECT 1 FROM generate_subscripts(slots, 1) AS k
+                    WHERE slots[k] / 8 = target
+                      AND (holders[k] IS NOT NULL OR pg_relation_size(tabs[k]) > 0));
                 FOR i IN 1 .. array_length(slots, 1) LOOP
                     CONTINUE WHEN slots[i] / 8 <> target;
                     EXECUTE format('ALTER TABLE conveyor.ready DETACH PARTITION %s', tabs[i]);
