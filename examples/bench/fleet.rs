@@ -92,6 +92,9 @@ pub async fn fleets(cfg: &Config) -> Result<Vec<Line>> {
             // pool and its LISTEN session).
             format!("max_connections={}", 100 + 6 * most),
             "shared_preload_libraries=pg_stat_statements".into(),
+            // Statements inside functions too, and planning (see probe).
+            "pg_stat_statements.track=all".into(),
+            "pg_stat_statements.track_planning=on".into(),
         ],
     };
     let cluster = tokio::task::spawn_blocking(move || Cluster::start_with(options)).await?;
@@ -177,6 +180,7 @@ async fn run(db: &BenchDb, bouncer_port: Option<u16>, cfg: &Config) -> Result<Ve
                 "rollbacks_per_job": pick(&|d| d["probe"]["rollbacks_per_job"].as_f64()),
                 "write_xacts_per_job": pick(&|d| d["probe"]["write_xacts_per_job"].as_f64()),
                 "statements_per_job": pick(&|d| d["probe"]["statements_per_job"].as_f64()),
+                "plan_ms_per_job": pick(&|d| d["probe"]["plan_ms_per_job"].as_f64()),
                 "most_server_connections":
                     pick(&|d| d["probe"]["most_server_connections"].as_f64()),
                 "mean_busy_server_connections":

@@ -149,25 +149,36 @@ impl Probe {
             .collect::<Vec<_>>()
             .into();
         if self.statements {
-            let rows: Vec<(i64, f64, String)> = sqlx::query_as(
-                "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 120)
+            // Statements run inside functions count too (the server runs
+            // with `pg_stat_statements.track = all`), for their planning:
+            // a new connection plans each statement of a PL/pgSQL function
+            // five times or more before it keeps a generic plan, and a slot
+            // emptied makes every session plan its claim again.
+            let rows: Vec<(i64, f64, String, i64, f64, bool)> = sqlx::query_as(
+                "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 120),
+                        plans, total_plan_time, toplevel
                  FROM pg_stat_statements
                  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                 ORDER BY total_exec_time DESC",
+                 ORDER BY total_exec_time + total_plan_time DESC",
             )
             .fetch_all(&db.pool)
             .await?;
-            let calls: i64 = rows.iter().map(|r| r.0).sum();
+            let top_level = || rows.iter().filter(|r| r.5);
+            let calls: i64 = top_level().map(|r| r.0).sum();
             out["statements_per_job"] = per(calls as f64).into();
-            out["exec_ms_per_job"] = per(rows.iter().map(|r| r.1).sum::<f64>()).into();
+            out["exec_ms_per_job"] = per(top_level().map(|r| r.1).sum::<f64>()).into();
+            out["plan_ms_per_job"] = per(rows.iter().map(|r| r.4).sum::<f64>()).into();
             let top: Vec<Value> = rows
                 .iter()
                 .take(8)
-                .map(|(calls, ms, query)| {
+                .map(|(calls, ms, query, plans, plan_ms, top_level)| {
                     json!({
                         "calls_per_1000_jobs": 1000.0 * per(*calls as f64),
                         "total_ms": ms,
                         "mean_ms": ms / (*calls).max(1) as f64,
+                        "plans_per_1000_jobs": 1000.0 * per(*plans as f64),
+                        "plan_ms": plan_ms,
+                        "in_a_function": !top_level,
                         "query": query,
                     })
                 })
