@@ -42,9 +42,10 @@
 -- more passes than one process does.
 --
 -- Every lock the pass takes is waited for at most lock_wait: while it
--- waits, claims queue behind it. (Not its commit's: see the end.) Returns the current bank, the slots emptied, whether a long
--- transaction holds any slot, and whether it holds the current bank (no
--- bank was free to switch to: claims slow down until it ends).
+-- waits, claims queue behind it (its commit's is not: see the end).
+-- Returns the current bank, the slots emptied, whether a long transaction
+-- holds any slot, and whether it holds the current bank (no bank was free
+-- to switch to: claims slow down until it ends).
 CREATE OR REPLACE FUNCTION conveyor_internal.rotate_ring(
     carry_at_most integer DEFAULT 1000,
     lock_wait interval DEFAULT '5 milliseconds',
