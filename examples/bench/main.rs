@@ -68,6 +68,9 @@ struct Args {
     /// Runs per measurement (medians are reported).
     #[arg(long)]
     runs: Option<usize>,
+    /// B, C, F and fleet: jobs per run (default 100,000).
+    #[arg(long)]
+    jobs: Option<usize>,
     /// G and M: finished-job counts to measure at, comma-separated (default
     /// 0,1000000,10000000).
     #[arg(long, value_delimiter = ',')]
@@ -147,6 +150,9 @@ async fn run(args: Args) -> Result<Vec<Line>> {
     };
     if let Some(runs) = args.runs {
         cfg.runs = runs.max(1);
+    }
+    if let Some(jobs) = args.jobs {
+        cfg.jobs = jobs.max(1);
     }
     if !args.history.is_empty() {
         cfg.history = args.history.clone();
