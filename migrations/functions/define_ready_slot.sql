@@ -28,15 +28,23 @@
 -- it is compiled and planned again by each session at its next call.
 --
 -- Claims of a queue with no concurrency or rate limit take turns, two at a
--- time, on two transaction advisory locks per queue (`conveyor.claim:<queue>:0`
--- and `:1`; a claim takes a free one, or waits for one drawn at random).
--- Claims running at once all start from the head of the same ring slots and
--- each skips the rows the others hold locked (SKIP LOCKED): with 50 worker
--- processes of 4 slots, 200 connections, a claim of ~90 jobs took 215 ms,
--- and the fleet ran at 27.5 % of one process of 200 slots; with claims
--- taking turns, at 55 % (docs/decisions/2026-11-28-claims-take-turns.md).
--- Waiting in line costs a claim time, not CPU; the lock is held only while
--- the claim runs (through a transaction-mode pooler, until its COMMIT).
+-- time, on two empty tables (conveyor_internal.claim_turn_<n>, migration
+-- V19), which a claim locks in SHARE UPDATE EXCLUSIVE mode until its
+-- transaction ends. Claims running at once all start from the head of the
+-- same ring slots and each skips the rows the others hold locked (SKIP
+-- LOCKED): with 50 worker processes of 4 slots, 200 connections, a claim of
+-- ~90 jobs took 215 ms, and the fleet ran at 27.5 % of one process of 200
+-- slots; with claims taking turns, at 55 %
+-- (docs/decisions/2026-11-28-claims-take-turns.md). A claim tries both
+-- turns without waiting; if both are taken it returns one row, id NULL and
+-- state 'turn', whose priority names the turn to wait for, and the worker
+-- waits for it with `LOCK TABLE` in a transaction of its own, sets
+-- conveyor.claim_turn for the transaction, and claims in it: `LOCK TABLE`
+-- waits without a snapshot, where a claim waiting inside its statement held
+-- back the removal of every ring row claimed meanwhile
+-- (docs/decisions/2026-11-29-claim-turns-without-a-snapshot.md).
+-- Turns only spare claims each other's locked rows: SKIP LOCKED keeps
+-- claims correct without them.
 -- Returns whether either body changed. (Changing the slot count or length
 -- means changing this, claim_statement(), src/db/ring.rs (the bank count) and
 -- conveyor_internal.rotate_ring() together.)
@@ -47,14 +55,30 @@ DECLARE
         'SELECT (%s + floor(extract(epoch FROM statement_timestamp()))::bigint %% 8)::smallint',
         define_ready_slot.bank * 8);
     claim text := format($claim$#variable_conflict use_column
+DECLARE
+    -- The queue's two turns: claim_turn_<turn> and claim_turn_<turn + 1>.
+    turn integer := (hashtext(from_queue) & 15) * 2;
 BEGIN
     -- Unlimited claims of a queue take turns, two at a time (limited ones
-    -- already do, on the queue's row): see conveyor_internal.define_ready_slot().
+    -- already do, on the queue's row), unless the caller waited for one
+    -- (conveyor.claim_turn set): see conveyor_internal.define_ready_slot().
     IF concurrency_limit IS NULL AND rate_room IS NULL
-       AND NOT pg_try_advisory_xact_lock(hashtextextended('conveyor.claim:' || from_queue || ':0', 0))
-       AND NOT pg_try_advisory_xact_lock(hashtextextended('conveyor.claim:' || from_queue || ':1', 0)) THEN
-        PERFORM pg_advisory_xact_lock(
-            hashtextextended('conveyor.claim:' || from_queue || ':' || (random() < 0.5)::int, 0));
+       AND coalesce(current_setting('conveyor.claim_turn', true), '') = '' THEN
+        BEGIN
+            EXECUTE format('LOCK TABLE conveyor_internal.claim_turn_%%s IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', turn);
+        EXCEPTION WHEN lock_not_available THEN
+            BEGIN
+                EXECUTE format('LOCK TABLE conveyor_internal.claim_turn_%%s IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', turn + 1);
+            EXCEPTION WHEN lock_not_available THEN
+                -- Both taken: no jobs, one row that names the turn to wait
+                -- for (id NULL, state 'turn', priority the turn's number).
+                queue := from_queue;
+                state := 'turn';
+                priority := turn + (random() < 0.5)::int;
+                RETURN NEXT;
+                RETURN;
+            END;
+        END;
     END IF;
     RETURN QUERY %s;
 END$claim$, conveyor_internal.claim_statement(define_ready_slot.bank));

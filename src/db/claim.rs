@@ -91,6 +91,28 @@ pub(crate) struct Undecodable {
     pub error: String,
 }
 
+/// The turn a claim answered to wait for: one row, `id` NULL and `state`
+/// `'turn'`, whose `priority` is the number of the turn's table
+/// (`conveyor_internal.claim_turn_<n>`, migration V19).
+fn turn_to_wait_for(rows: &[sqlx::postgres::PgRow]) -> Result<Option<u8>> {
+    let [row] = rows else {
+        return Ok(None);
+    };
+    if row.try_get::<Option<JobId>, _>("id")?.is_some()
+        || row.try_get::<Option<String>, _>("state")?.as_deref() != Some("turn")
+    {
+        return Ok(None);
+    }
+    let turn: Option<i32> = row.try_get("priority")?;
+    match turn.and_then(|n| u8::try_from(n).ok()).filter(|n| *n < 32) {
+        Some(n) => Ok(Some(n)),
+        None => Err(sqlx::Error::Protocol(format!(
+            "the claim named turn {turn:?}; turns are 0 to 31"
+        ))
+        .into()),
+    }
+}
+
 /// Decodes claimed rows one by one, so one bad row fails only its own job
 /// (the claim has committed by then: every row must come out as one or
 /// the other).
@@ -167,7 +189,30 @@ pub(crate) async fn claim(pool: &PgPool, q: &Queries, c: &Claim<'_>) -> Result<C
         tx.commit().await?;
         decode_claimed(rows, &mut claimed);
     } else {
-        let rows = claim(None, None).fetch_all(q.on(pool)).await?;
+        let mut rows = claim(None, None).fetch_all(q.on(pool)).await?;
+        if let Some(turn) = turn_to_wait_for(&rows)? {
+            // Both turns of the queue are taken: wait for one with `LOCK
+            // TABLE`, then claim in the same transaction
+            // (define_ready_slot.sql). `LOCK TABLE` takes no snapshot, but
+            // looking up a name this session has not resolved before does,
+            // and keeps it until the message ends: so the table's name is
+            // resolved in the message before the one that waits.
+            let table = super::in_schema(&format!("conveyor_internal.claim_turn_{turn}"), q.schema);
+            let begin = format!("{}; SELECT '{table}'::regclass", super::BEGIN);
+            let mut tx = pool.begin_with(sqlx::AssertSqlSafe(begin)).await?;
+            let wait = super::in_schema(
+                &format!(
+                    "LOCK TABLE {table} IN SHARE UPDATE EXCLUSIVE MODE; \
+                     SET LOCAL conveyor.claim_turn = '{turn}'"
+                ),
+                q.schema,
+            );
+            sqlx::raw_sql(sqlx::AssertSqlSafe(wait))
+                .execute(&mut *tx)
+                .await?;
+            rows = claim(None, None).fetch_all(q.on(&mut *tx)).await?;
+            tx.commit().await?;
+        }
         decode_claimed(rows, &mut claimed);
     }
     claimed.jobs.sort_by(|a, b| {

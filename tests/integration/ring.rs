@@ -814,21 +814,30 @@ async fn the_ring_upkeep_runs_once_per_gap_whoever_calls_it() {
     assert!(statement.contains("min_gap => '200 milliseconds'"));
 }
 
-/// Claims of a queue take turns, two at a time, on two advisory locks
-/// (`conveyor_internal.define_ready_slot()` says why): while a session holds
-/// both, a worker's claim waits for its turn and its job does not start;
-/// once they are free it runs. A queue with a concurrency limit, whose
-/// claims already take turns on its row, does not wait for them.
+/// Claims of a queue take turns, two at a time, on two empty tables they
+/// lock (`conveyor_internal.define_ready_slot()` says why): while a session
+/// holds both, a worker's claim waits for its turn and its job does not
+/// start; once they are free it runs. A queue with a concurrency limit,
+/// whose claims already take turns on its row, does not wait for them.
 #[tokio::test]
 async fn claims_of_a_queue_take_turns() {
     let db = TestDb::new().await;
     db.client.set_queue_limit("limited", Some(5)).await.unwrap();
     let mut turns = PgConnection::connect(&db.url()).await.unwrap();
     sqlx::raw_sql(
-        "SELECT pg_advisory_lock(hashtextextended('conveyor.claim:default:0', 0)),
-                pg_advisory_lock(hashtextextended('conveyor.claim:default:1', 0)),
-                pg_advisory_lock(hashtextextended('conveyor.claim:limited:0', 0)),
-                pg_advisory_lock(hashtextextended('conveyor.claim:limited:1', 0))",
+        "BEGIN;
+         DO $$
+         DECLARE
+             q text;
+         BEGIN
+             FOREACH q IN ARRAY ARRAY['default', 'limited'] LOOP
+                 EXECUTE format('LOCK TABLE conveyor_internal.claim_turn_%s,
+                                            conveyor_internal.claim_turn_%s
+                                 IN SHARE UPDATE EXCLUSIVE MODE',
+                                (hashtext(q) & 15) * 2, (hashtext(q) & 15) * 2 + 1);
+             END LOOP;
+         END
+         $$",
     )
     .execute(&mut turns)
     .await
@@ -852,9 +861,9 @@ async fn claims_of_a_queue_take_turns() {
     limited.wait(WAIT).await.unwrap();
     eventually(WAIT, "a claim waiting for its turn", || async {
         let waits: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks
-             WHERE locktype = 'advisory' AND NOT granted AND database =
-                   (SELECT oid FROM pg_database WHERE datname = current_database())",
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+             WHERE l.locktype = 'relation' AND NOT l.granted
+               AND c.relname LIKE 'claim\\_turn\\_%'",
         )
         .fetch_one(&db.pool)
         .await
@@ -867,10 +876,76 @@ async fn claims_of_a_queue_take_turns() {
         conveyor::JobState::Pending,
         "not claimed while both turns are taken"
     );
-    sqlx::raw_sql("SELECT pg_advisory_unlock_all()")
-        .execute(&mut turns)
-        .await
-        .unwrap();
+    sqlx::raw_sql("ROLLBACK").execute(&mut turns).await.unwrap();
     waiting.wait(WAIT).await.unwrap();
     worker.shutdown(WAIT).await.unwrap();
+}
+
+/// A claim waiting for its turn holds no snapshot: waiting inside the claim
+/// statement, it kept the rows every other claim deleted meanwhile from
+/// being removed, and with dozens of worker processes in line, claims
+/// stepped over a growing heap of dead ring rows
+/// (docs/decisions/2026-11-29-claim-turns-without-a-snapshot.md). Here
+/// claims hold their turns while they wait on a lock this test holds on
+/// `conveyor.claims`, and a third worker's claim waits for a turn.
+#[tokio::test]
+async fn a_claim_waiting_for_its_turn_holds_no_snapshot() {
+    let db = TestDb::new().await;
+    let jobs: Vec<NewJob> = (0..30)
+        .map(|i| NewJob::new("noop", json!({ "i": i })))
+        .collect();
+    let handles = db.client.enqueue_many(jobs).await.unwrap();
+    let mut blocker = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE conveyor.claims IN SHARE MODE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let blocker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut blocker)
+        .await
+        .unwrap();
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            Worker::builder(&db.client)
+                .concurrency(2)
+                .register_fn("noop", |_ctx, _args| async { Ok(Value::Null) })
+                .start()
+                .unwrap()
+        })
+        .collect();
+    // Sessions waiting for a turn (a turn's table, or the advisory lock a
+    // turn was before) that other sessions, not the blocker, hold: claims
+    // waiting for a turn that blocked claims hold.
+    let waiting_for_a_turn = eventually(WAIT, "a claim waiting for its turn", || async {
+        let waiting: Vec<(Option<String>, String)> = sqlx::query_as(
+            "SELECT a.backend_xmin::text, a.wait_event || ': ' || left(a.query, 120)
+             FROM pg_stat_activity a
+             WHERE a.datname = current_database()
+               AND NOT $1 = ANY(pg_blocking_pids(a.pid))
+               AND EXISTS (SELECT 1 FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+                           WHERE l.pid = a.pid AND NOT l.granted
+                             AND (l.locktype = 'advisory' OR c.relname LIKE 'claim\\_turn\\_%'))",
+        )
+        .bind(blocker_pid)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        (!waiting.is_empty()).then_some(waiting)
+    })
+    .await;
+    assert!(
+        waiting_for_a_turn.iter().all(|(xmin, _)| xmin.is_none()),
+        "a claim waiting for its turn holds a snapshot (backend_xmin, what it waits in): \
+         {waiting_for_a_turn:?}"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    for handle in handles {
+        handle.wait(WAIT).await.unwrap();
+    }
+    for worker in workers {
+        worker.shutdown(WAIT).await.unwrap();
+    }
 }
