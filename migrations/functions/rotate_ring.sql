@@ -90,7 +90,22 @@ BEGIN
     -- The slot tables (named ready_<slot>), each with the oldest
     -- transaction older than hold_age that holds a lock on it, if any.
     -- (pg_locks shows every database's locks, and databases made from one
-    -- template share their tables' oids.)
+    -- template share their tables' oids.) A transaction that holds a claim
+    -- turn (conveyor_internal.claim_turn_<n>, migration V19) is a worker's
+    -- claim, which ends with its statement; it may have begun long before,
+    -- waiting for its turn, and is not a holder.
+    WITH locks AS MATERIALIZED (
+        SELECT l.relation, l.pid
+        FROM pg_locks l
+        WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ),
+    claiming AS (
+        SELECT DISTINCT l.pid FROM locks l JOIN pg_class c ON c.oid = l.relation
+        WHERE c.relname ~ '^claim_turn_[0-9]+$'
+          AND c.relnamespace = (SELECT t.relnamespace FROM pg_class t
+                                WHERE t.oid = to_regclass('conveyor_internal.claim_turn_0'))
+    )
     SELECT array_agg(s.slot ORDER BY s.slot), array_agg(s.tab ORDER BY s.slot),
            array_agg(s.holder ORDER BY s.slot)
     INTO slots, tabs, holders
@@ -98,10 +113,10 @@ BEGIN
         SELECT substr(c.relname, 7)::smallint AS slot, c.oid::regclass AS tab,
                (SELECT format('pid %s (%s)', a.pid,
                               coalesce(nullif(a.application_name, ''), a.usename::text, '?'))
-                FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                WHERE l.relation = c.oid AND l.granted AND l.pid <> pg_backend_pid()
-                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                FROM locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.relation = c.oid
                   AND a.xact_start <= statement_timestamp() - hold_age
+                  AND l.pid NOT IN (SELECT pid FROM claiming)
                 ORDER BY a.xact_start LIMIT 1) AS holder
         FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
         WHERE h.inhparent = 'conveyor.ready'::regclass AND c.relname ~ '^ready_[0-9]{1,5}$'

@@ -139,3 +139,50 @@ async fn a_slot_locked_by_someone_else_costs_that_slot_not_the_pass() {
         .unwrap();
     assert_eq!(slot / 8, 0, "the row was carried into bank 0 (slot {slot})");
 }
+
+/// A worker's claim that waited for its turn began its transaction before
+/// it touched the ring (`src/db/claim.rs`): however old that transaction,
+/// it holds a claim turn and ends with its claim, so the pass does not
+/// take it for a holder that keeps slots from being emptied and switch
+/// banks. In a fleet of 50 processes such claims made the ring switch
+/// banks and carry the whole backlog from bank to bank, over and over. A
+/// transaction with no turn holding a slot still counts.
+#[tokio::test]
+async fn a_claim_that_waited_for_its_turn_is_not_a_holder() {
+    let db = TestDb::new().await;
+    let pass = || async {
+        // hold_age 0: any transaction holding a slot is old enough.
+        sqlx::query_as::<_, (i16, bool)>(
+            "SELECT current_bank, held FROM conveyor_internal.rotate_ring(hold_age => '0')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let mut claim = PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql(
+        "BEGIN;
+         LOCK TABLE conveyor_internal.claim_turn_0 IN SHARE UPDATE EXCLUSIVE MODE;
+         LOCK TABLE conveyor.ready_3 IN ROW EXCLUSIVE MODE",
+    )
+    .execute(&mut claim)
+    .await
+    .unwrap();
+    assert_eq!(
+        pass().await,
+        (0, false),
+        "a claim holding its turn is no holder"
+    );
+    sqlx::raw_sql("ROLLBACK").execute(&mut claim).await.unwrap();
+
+    sqlx::raw_sql("BEGIN; LOCK TABLE conveyor.ready_3 IN ROW EXCLUSIVE MODE")
+        .execute(&mut claim)
+        .await
+        .unwrap();
+    assert_eq!(
+        pass().await,
+        (1, true),
+        "a transaction without a turn is a holder"
+    );
+    sqlx::raw_sql("ROLLBACK").execute(&mut claim).await.unwrap();
+}
