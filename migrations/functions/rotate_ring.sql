@@ -91,18 +91,19 @@ BEGIN
     -- transaction older than hold_age that holds a lock on it, if any.
     -- (pg_locks shows every database's locks, and databases made from one
     -- template share their tables' oids.) A transaction that holds a claim
-    -- turn (conveyor_internal.claim_turn_<n>, migration V19) is a worker's
-    -- claim, which ends with its statement; it may have begun long before,
-    -- waiting for its turn, and is not a holder.
+    -- turn (conveyor_internal.claim_turn_<n>, migration V19, in SHARE
+    -- UPDATE EXCLUSIVE mode: a pg_dump holds ACCESS SHARE on them too) is a
+    -- worker's claim, which ends with its statement; it may have begun long
+    -- before, waiting for its turn, and is not a holder.
     WITH locks AS MATERIALIZED (
-        SELECT l.relation, l.pid
+        SELECT l.relation, l.pid, l.mode
         FROM pg_locks l
         WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     ),
     claiming AS (
         SELECT DISTINCT l.pid FROM locks l JOIN pg_class c ON c.oid = l.relation
-        WHERE c.relname ~ '^claim_turn_[0-9]+$'
+        WHERE l.mode = 'ShareUpdateExclusiveLock' AND c.relname ~ '^claim_turn_[0-9]+$'
           AND c.relnamespace = (SELECT t.relnamespace FROM pg_class t
                                 WHERE t.oid = to_regclass('conveyor_internal.claim_turn_0'))
     )

@@ -146,7 +146,8 @@ async fn a_slot_locked_by_someone_else_costs_that_slot_not_the_pass() {
 /// take it for a holder that keeps slots from being emptied and switch
 /// banks. In a fleet of 50 processes such claims made the ring switch
 /// banks and carry the whole backlog from bank to bank, over and over. A
-/// transaction with no turn holding a slot still counts.
+/// transaction with no turn holding a slot still counts, and so does one
+/// that reads the turn tables, as a `pg_dump` does.
 #[tokio::test]
 async fn a_claim_that_waited_for_its_turn_is_not_a_holder() {
     let db = TestDb::new().await;
@@ -184,5 +185,20 @@ async fn a_claim_that_waited_for_its_turn_is_not_a_holder() {
         (1, true),
         "a transaction without a turn is a holder"
     );
+    sqlx::raw_sql("ROLLBACK").execute(&mut claim).await.unwrap();
+
+    // A pg_dump locks every table it dumps, the turns too, in ACCESS SHARE
+    // mode: it is still a holder.
+    sqlx::raw_sql(
+        "BEGIN;
+         LOCK TABLE conveyor_internal.claim_turn_0 IN ACCESS SHARE MODE;
+         LOCK TABLE conveyor.ready_11 IN ACCESS SHARE MODE",
+    )
+    .execute(&mut claim)
+    .await
+    .unwrap();
+    let (bank, held) = pass().await;
+    assert!(held, "a dump reading the turns is a holder");
+    assert_ne!(bank, 1, "the ring left the bank the dump holds");
     sqlx::raw_sql("ROLLBACK").execute(&mut claim).await.unwrap();
 }
