@@ -34,8 +34,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The README documents the SQL interface (tables, states, `conveyor.enqueue`),
-//! the worker's behaviour and what happens on each kind of failure.
+//! The book in `docs/` (`docs/SUMMARY.md`) documents the SQL interface
+//! (`docs/sql.md`: tables, states, `conveyor.enqueue`), the worker's behaviour
+//! (`docs/workers.md`) and what happens on each kind of failure
+//! (`docs/operations.md`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -4,7 +4,7 @@
 //!
 //! Each shape is `processes x slots`, directly or through PgBouncer in
 //! transaction mode (beside the server, `POOL` server connections; every
-//! statement through it, `LISTEN` on a direct session as the README's
+//! statement through it, `LISTEN` on a direct session as docs/connections.md's
 //! set-up has it). The fleet and its single process alternate run by run, so
 //! their ratio is measured in the same stretch of time. The server is a
 //! private cluster with the shared server's settings (stock, autovacuum off)

@@ -7,7 +7,7 @@
 //!   with `array_agg`;
 //! * a FOR EACH STATEMENT trigger on a business table, with a transition
 //!   table, calling `conveyor.enqueue_each` (an `INSERT ... SELECT` of N
-//!   rows into the table: README's trigger recipe);
+//!   rows into the table: the trigger recipe of docs/sql.md);
 //! * `conveyor.enqueue()` once per row of a `SELECT`;
 //! * a FOR EACH ROW trigger on a business table calling `conveyor.enqueue()`.
 //!

@@ -3,7 +3,7 @@
 //! finished jobs spread over the last 30 days, a backlog of waiting jobs and
 //! jobs running under real claims; a plain table of the same rows
 //! (`bench_view.jobs`, ordinary indexes) is built beside it. Each read (the
-//! README's example queries, the dashboard's and the CLI's statements) runs
+//! example queries of docs/sql.md, the dashboard's and the CLI's statements) runs
 //! on both, alternately, as a fresh statement with its values written in
 //! (planning included, as a person in `psql` or a custom plan pays it);
 //! the ratio view / table is printed per read.
@@ -336,7 +336,8 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
     let active_page = include_str!("../../src/db/dashboard_jobs_active.sql");
     let list = include_str!("../../src/db/list_jobs.sql");
     Ok(vec![
-        // The README's example queries, as written there.
+        // The example queries of docs/sql.md, as written there (labelled
+        // "README": they were the README's, and docs/benchmarks.md quotes the labels).
         read(
             "README: by queue and state",
             "SELECT queue, state, count(*) FROM conveyor.jobs GROUP BY 1, 2 ORDER BY 1, 2".into(),

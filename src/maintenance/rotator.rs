@@ -117,7 +117,7 @@ pub(crate) async fn run(client: Client, health: Arc<dyn RingWatch>, checkpoint: 
                     secs,
                     "conveyor: a long transaction holds the ready ring's current bank of slots and no \
                      other bank is free: its slots cannot be emptied and claims slow down until it \
-                     ends (see README, \"Indexes and upkeep\")"
+                     ends (see docs/operations.md, \"Backups and long transactions\")"
                 );
             }
             Ok(_) => {}

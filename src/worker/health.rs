@@ -111,7 +111,7 @@ pub struct WorkerHealth {
     /// another bank of slots (`conveyor.ready_bank`) while it lasts.
     pub ring_held: bool,
     /// It holds the ring's current bank too: no other bank was free, and
-    /// claims slow down until it ends (README, "Indexes and upkeep").
+    /// claims slow down until it ends (docs/operations.md, "Backups and long transactions").
     pub ring_stuck: bool,
     /// The bank of the ready ring this worker's claims read.
     pub ring_bank: usize,
