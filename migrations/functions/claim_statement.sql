@@ -33,7 +33,10 @@
 -- them up by primary key instead of hash-joining the whole table.
 --
 -- One conveyor.claims row, with a fresh fencing token (one nextval per
--- statement), makes the jobs taken started; their own rows are not written
+-- statement), makes the jobs taken started, from this statement's start
+-- (statement_timestamp(): a claim that waited for its turn began its
+-- transaction earlier; the rescuer's floor relies on leases counted from
+-- the statement, conveyor_internal.settle_expired_claims()); their own rows are not written
 -- (pending on disk; migration V12). Jobs whose row is no longer pending
 -- are left out. (The attempt saturates: a hand-written attempt of 2^31 - 1
 -- must not fail the claim.) The columns returned are those of src/db/job_columns.sql,
@@ -66,8 +69,8 @@ claimed AS (
     SELECT j.id, j.queue, j.task, j.args, j.headers, 'started'::text AS state, j.priority, j.run_at,
            least(j.attempt, 2147483646) + 1 AS attempt,
            j.max_retries, j.retry_backoff_base, j.retry_backoff, j.timeout,
-           now() + make_interval(secs => $4) AS lease_expires_at, $5::text AS worker_id,
-           j.result, j.last_error, j.errors, j.created_at, now() AS started_at, j.finished_at,
+           statement_timestamp() + make_interval(secs => $4) AS lease_expires_at, $5::text AS worker_id,
+           j.result, j.last_error, j.errors, j.created_at, statement_timestamp() AS started_at, j.finished_at,
            j.workflow_id, j.workflow_index, j.on_success, j.on_error,
            (SELECT t FROM token) AS lease_token
     FROM conveyor.jobs_unfinished j
@@ -75,7 +78,8 @@ claimed AS (
 ),
 held AS (
     INSERT INTO conveyor.claims (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-    SELECT (SELECT t FROM token), $1, $5, now(), now() + make_interval(secs => $4), array_agg(id), count(*)
+    SELECT (SELECT t FROM token), $1, $5, statement_timestamp(),
+           statement_timestamp() + make_interval(secs => $4), array_agg(id), count(*)
     FROM claimed
     HAVING count(*) > 0
 )

@@ -38,6 +38,10 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/functions/cancel.sql"),
     ),
     (
+        "claim_lease_in_the_past",
+        include_str!("../../migrations/functions/claim_lease_in_the_past.sql"),
+    ),
+    (
         "claim_statement",
         include_str!("../../migrations/functions/claim_statement.sql"),
     ),

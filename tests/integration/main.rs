@@ -30,6 +30,7 @@ mod periodic;
 mod poison;
 mod proxy;
 mod queues;
+mod rescue;
 mod retries;
 mod ring;
 mod ring_upkeep;

@@ -56,6 +56,8 @@ mod proxy;
 mod queues;
 #[path = "../integration/retries.rs"]
 mod retries;
+#[path = "../integration/rescue.rs"]
+mod rescue;
 #[path = "../integration/ring.rs"]
 mod ring;
 #[path = "../integration/stats.rs"]
