@@ -397,3 +397,36 @@ pub async fn claimed_by_hand(db: &TestDb, n: usize) -> (Vec<conveyor::JobId>, i6
     .unwrap();
     (ids, token)
 }
+
+/// A session holding the xmin horizon (a transaction with an id, left
+/// open), as a forgotten psql session does; `ROLLBACK` on it ends the hold.
+pub async fn hold_snapshot(db: &TestDb) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut holder = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT txid_current();")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// `n` claims made ten minutes ago, their leases run out nine minutes
+/// ago, written and deleted by hand: under a held snapshot, the versions a
+/// reader of `conveyor.claims` must step over.
+pub async fn claims_ended_long_ago(db: &TestDb, n: i32) {
+    sqlx::query(
+        "INSERT INTO conveyor.claims
+             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
+         SELECT nextval('conveyor.lease_tokens'), 'default', 'w', now() - interval '10 minutes',
+                now() - interval '9 minutes', '{}', 0
+         FROM generate_series(1, $1)",
+    )
+    .bind(n)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM conveyor.claims WHERE worker_id = 'w' AND jobs_left = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}

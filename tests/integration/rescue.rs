@@ -9,7 +9,9 @@ use sqlx::{Connection, PgConnection};
 
 use conveyor::Worker;
 
-use crate::common::{TestDb, WAIT, claimed_by_hand, eventually};
+use crate::common::{
+    TestDb, WAIT, claimed_by_hand, claims_ended_long_ago, eventually, hold_snapshot,
+};
 
 /// Index entries of `conveyor.claims` one rescuer pass returns (counted in
 /// the pass's own transaction, rolled back).
@@ -30,29 +32,15 @@ async fn entries_one_pass_reads(db: &TestDb) -> i64 {
     read
 }
 
-/// While a session holds its snapshot, 20,000 claims ended ten minutes ago
+/// While a session holds its snapshot, 20,000 claims ended nine minutes ago
 /// stay in the index; the first pass walks them (the floor starts at the
 /// beginning), the next ones do not: the floor rose past them. (Before the
 /// floor, every pass returned all 20,000: `lease_expires_at < now()`.)
 #[tokio::test]
 async fn a_rescuer_pass_skips_claims_ended_long_ago_while_a_snapshot_is_held() {
     let db = TestDb::new().await;
-    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
-    sqlx::raw_sql("BEGIN; SELECT txid_current();")
-        .execute(&mut holder)
-        .await
-        .unwrap();
-    sqlx::raw_sql(
-        "INSERT INTO conveyor.claims
-             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-         SELECT nextval('conveyor.lease_tokens'), 'default', 'w', now() - interval '11 minutes',
-                now() - interval '10 minutes', '{}', 0
-         FROM generate_series(1, 20000);
-         DELETE FROM conveyor.claims;",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    let mut holder = hold_snapshot(&db).await;
+    claims_ended_long_ago(&db, 20_000).await;
     let first = entries_one_pass_reads(&db).await;
     let second = entries_one_pass_reads(&db).await;
     let third = entries_one_pass_reads(&db).await;

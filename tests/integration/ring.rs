@@ -8,7 +8,10 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use conveyor::{NewJob, Worker, WorkerHandle};
 
-use crate::common::{TestDb, WAIT, claimed_by_hand, count_jobs, eventually, shared_pages};
+use crate::common::{
+    TestDb, WAIT, claimed_by_hand, claims_ended_long_ago, count_jobs, eventually, hold_snapshot,
+    shared_pages,
+};
 
 fn start(db: &TestDb) -> WorkerHandle {
     Worker::builder(&db.client)
@@ -16,17 +19,6 @@ fn start(db: &TestDb) -> WorkerHandle {
         .register_fn("noop", |_ctx, _args| async { Ok(Value::Null) })
         .start()
         .unwrap()
-}
-
-/// A session holding the xmin horizon (a transaction with an id, left
-/// open), as a forgotten psql session does; `ROLLBACK` on it ends the hold.
-async fn hold_snapshot(db: &TestDb) -> PgConnection {
-    let mut holder = PgConnection::connect(&db.url()).await.unwrap();
-    sqlx::raw_sql("BEGIN; SELECT txid_current();")
-        .execute(&mut holder)
-        .await
-        .unwrap();
-    holder
 }
 
 /// Bytes in the ring's slot files (0 once every slot was emptied).
@@ -174,17 +166,7 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
 async fn a_limited_claim_reads_only_live_claims_while_a_snapshot_is_held() {
     let db = TestDb::new().await;
     let mut holder = hold_snapshot(&db).await;
-    sqlx::raw_sql(
-        "INSERT INTO conveyor.claims
-             (lease_token, queue, worker_id, started_at, lease_expires_at, job_ids, jobs_left)
-         SELECT nextval('conveyor.lease_tokens'), 'default', 'w', now() - interval '10 minutes',
-                now() - interval '9 minutes', '{}', 0
-         FROM generate_series(1, 50000);
-         DELETE FROM conveyor.claims;",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    claims_ended_long_ago(&db, 50_000).await;
     // Two jobs to run; three held by a live claim; a claim whose lease ran
     // out (its worker gone, the rescuer not yet by) says it holds two more.
     db.client

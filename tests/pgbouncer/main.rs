@@ -54,10 +54,10 @@ mod pooled;
 mod proxy;
 #[path = "../integration/queues.rs"]
 mod queues;
-#[path = "../integration/retries.rs"]
-mod retries;
 #[path = "../integration/rescue.rs"]
 mod rescue;
+#[path = "../integration/retries.rs"]
+mod retries;
 #[path = "../integration/ring.rs"]
 mod ring;
 #[path = "../integration/stats.rs"]
