@@ -81,8 +81,6 @@ pub use maintenance::periodic::{Missed, Periodic};
 pub use maintenance::pruner::{Pruned, Retention};
 #[cfg(feature = "metrics")]
 pub use metrics::Metrics;
-#[doc(hidden)]
-pub use migrate::migrate_to;
 pub use migrate::{migrate, migrate_schema};
 pub use pooler::{DEFAULT_POLL, Pooler};
 pub use records::{

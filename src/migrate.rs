@@ -36,28 +36,12 @@ pub async fn migrate_schema(pool: &PgPool, schema: &str) -> Result<Vec<i32>> {
     let queries = Queries::for_schema(schema);
     let mut tx = pool.begin().await?;
     db::lock_migrations(&mut tx, queries).await?;
-    let applied = apply(&mut tx, queries, None).await?;
+    let applied = apply(&mut tx, queries).await?;
     tx.commit().await?;
     Ok(applied)
 }
 
-/// Migrates the default schema up to migration `version` only, for tests of
-/// a later migration on data written before it. Not a stable interface.
-#[doc(hidden)]
-pub async fn migrate_to(pool: &PgPool, version: i32) -> Result<Vec<i32>> {
-    let queries = Queries::for_schema(db::DEFAULT_SCHEMA);
-    let mut tx = pool.begin().await?;
-    db::lock_migrations(&mut tx, queries).await?;
-    let applied = apply(&mut tx, queries, Some(version)).await?;
-    tx.commit().await?;
-    Ok(applied)
-}
-
-async fn apply(
-    conn: &mut PgConnection,
-    queries: &'static Queries,
-    target: Option<i32>,
-) -> Result<Vec<i32>> {
+async fn apply(conn: &mut PgConnection, queries: &'static Queries) -> Result<Vec<i32>> {
     db::create_schema(conn, queries).await?;
     db::apply_functions(conn, queries).await?;
     let mut migrations = Vec::new();
@@ -70,9 +54,6 @@ async fn apply(
     }
     let mut runner = refinery::Runner::new(&migrations);
     runner.set_migration_table_name(queries.migrations_table());
-    if let Some(version) = target {
-        runner = runner.set_target(refinery::Target::Version(version));
-    }
     let report = runner
         .run_async(&mut RefineryConnection(conn))
         .await

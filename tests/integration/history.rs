@@ -1,6 +1,6 @@
-//! Finished jobs in day tables (migration V8): where each job lands, what
-//! retention drops, ids that finished jobs keep, a finished job set back to
-//! pending by hand, and the migration of a database written before V8.
+//! Finished jobs in day tables (`conveyor.jobs_success_<day>`, …): where
+//! each job lands, what retention drops, ids that finished jobs keep, and a
+//! finished job set back to pending by hand.
 
 use std::time::Duration;
 
@@ -267,69 +267,6 @@ async fn a_failed_job_set_back_to_pending_by_hand_runs_again() {
         .await
             == 1)
             .then_some(())
-    })
-    .await;
-    worker.shutdown(WAIT).await.unwrap();
-}
-
-/// A database written before migration V8: every row comes through the
-/// migration unchanged, finished ones into their state's tables, and the
-/// pending job is still claimed.
-#[tokio::test]
-async fn migration_v8_keeps_every_job_and_the_queue_runs_on() {
-    let db = TestDb::empty().await;
-    let pool = &db.pool;
-    conveyor::migrate_to(pool, 7).await.unwrap();
-    sqlx::raw_sql(
-        "INSERT INTO conveyor.jobs (task, args) VALUES ('ok', '1');
-         INSERT INTO conveyor.jobs (task, state, run_at) VALUES ('ok', 'scheduled', now() + interval '1 day');
-         INSERT INTO conveyor.jobs (task, state, attempt, started_at, lease_expires_at, worker_id, lease_token)
-             VALUES ('ok', 'started', 1, now(), now() + interval '1 hour', 'w', 7);
-         INSERT INTO conveyor.jobs (task, state, attempt, finished_at, result)
-             VALUES ('ok', 'success', 1, now() - interval '40 days', '\"old\"'),
-                    ('ok', 'success', 1, now(), '\"new\"');
-         INSERT INTO conveyor.jobs (task, state, attempt, finished_at, last_error, errors)
-             VALUES ('fail', 'failure', 1, now() - interval '1 day', 'no', '[{\"attempt\": 1}]');
-         INSERT INTO conveyor.jobs (task, state, finished_at, cancel_requested_at)
-             VALUES ('ok', 'cancelled', now(), now());",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-    let rows = "SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY id), '[]') FROM conveyor.jobs j";
-    let before: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
-    // Every migration from V8 to the newest file.
-    let newest = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
-        .unwrap()
-        .filter(|entry| entry.as_ref().unwrap().path().is_file())
-        .count() as i32;
-    assert_eq!(
-        conveyor::migrate(pool).await.unwrap(),
-        (8..=newest).collect::<Vec<_>>()
-    );
-    let after: Value = sqlx::query_scalar(rows).fetch_one(pool).await.unwrap();
-    assert_eq!(before, after, "every column of every job");
-    let today = day(pool, 0).await;
-    let tables: Vec<String> =
-        sqlx::query_scalar("SELECT tableoid::regclass::text FROM conveyor.job_rows ORDER BY 1")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    assert_eq!(
-        tables,
-        [
-            format!("conveyor.jobs_cancelled_{today}"),
-            format!("conveyor.jobs_failure_until_{today}"),
-            format!("conveyor.jobs_success_{today}"),
-            format!("conveyor.jobs_success_until_{today}"),
-            "conveyor.jobs_unfinished".to_string(),
-            "conveyor.jobs_unfinished".into(),
-            "conveyor.jobs_unfinished".into(),
-        ]
-    );
-    let worker = start(&db);
-    eventually(WAIT, "the pending job runs", || async {
-        (count_jobs(pool, "args = '1' AND state = 'success'").await == 1).then_some(())
     })
     .await;
     worker.shutdown(WAIT).await.unwrap();
