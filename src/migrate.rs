@@ -52,17 +52,53 @@ async fn apply(conn: &mut PgConnection, queries: &'static Queries) -> Result<Vec
             .map_err(|e| Error::Migrate(e.to_string()))?;
         migrations.push(migration);
     }
+    // refinery's defaults: a history naming a migration that is not among
+    // these files, or one whose text differs, aborts the run (nothing is
+    // applied) instead of applying what is missing around it.
     let mut runner = refinery::Runner::new(&migrations);
     runner.set_migration_table_name(queries.migrations_table());
     let report = runner
         .run_async(&mut RefineryConnection(conn))
         .await
-        .map_err(|e| Error::Migrate(e.to_string()))?;
+        .map_err(|e| history_error(&e, queries))?;
     Ok(report
         .applied_migrations()
         .iter()
         .map(|m| m.version())
         .collect())
+}
+
+/// refinery's error, with what to do about it when the schema's history is
+/// not this build's: it names a migration this build does not have, or one
+/// whose text differs from this build's file of that number.
+///
+/// Before the first release the migrations were squashed into one baseline
+/// (docs/decisions/2026-11-29-one-baseline.md): a schema migrated by a
+/// pre-release build has another `V1__baseline` and `V2__workers` …
+/// `V20__rescue_floor` in its history, and no migration leads from there to
+/// this schema. After the first release a released migration never changes,
+/// so a history naming an unknown one was written by a newer build.
+fn history_error(e: &refinery::Error, queries: &Queries) -> Error {
+    use refinery::error::Kind;
+    let (schema, history) = (queries.schema, queries.migrations_table());
+    let found = match e.kind() {
+        Kind::DivergentVersion(applied, file) => {
+            format!("has migration {applied} with another text than this build's {file}")
+        }
+        // (refinery also reports a file missing from the history below its
+        // newest entry, as an unapplied migration: its own message says so.)
+        Kind::MissingVersion(applied) if applied.applied_on().is_some() => {
+            format!("has migration {applied}, which this build does not have")
+        }
+        _ => return Error::Migrate(e.to_string()),
+    };
+    Error::Migrate(format!(
+        "schema `{schema}` was migrated by another build of Conveyor: its history ({history}) \
+         {found}. A schema migrated by a build from before the first release cannot be \
+         upgraded (those migrations were squashed into one baseline): recreate it with \
+         `DROP SCHEMA {schema}, {schema}_internal CASCADE` (which deletes its jobs) and migrate \
+         again. A schema migrated by a newer release needs that release or a newer one."
+    ))
 }
 
 /// A sqlx connection seen through refinery's async driver traits.

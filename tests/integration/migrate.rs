@@ -39,6 +39,76 @@ async fn eight_concurrent_migrations_apply_the_schema_once() {
     assert!(conveyor::migrate(&db.pool).await.unwrap().is_empty());
 }
 
+/// A schema migrated by a build from before the first release has in its
+/// history migrations squashed into the baseline since (V2 … V20, and a V1
+/// of another text). Migrating it again must fail, apply nothing, and say
+/// what to do: not apply the baseline's missing parts around it.
+#[tokio::test]
+async fn a_schema_migrated_by_a_pre_release_build_is_refused_with_what_to_do() {
+    let db = TestDb::new().await;
+    let history = "SELECT count(*) FROM conveyor.schema_history";
+    // A history entry this build does not have (written as refinery does).
+    sqlx::query(
+        "INSERT INTO conveyor.schema_history (version, name, applied_on, checksum)
+         VALUES (20, 'rescue_floor', '2026-11-29T09:35:21.757577344Z', '1251689876527592463')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let err = conveyor::migrate(&db.pool).await.unwrap_err();
+    assert!(matches!(err, conveyor::Error::Migrate(_)), "{err:?}");
+    let text = err.to_string();
+    for needed in [
+        "schema `conveyor` was migrated by another build",
+        "conveyor.schema_history",
+        "V20__rescue_floor, which this build does not have",
+        "from before the first release cannot be upgraded",
+        "recreate it with `DROP SCHEMA conveyor, conveyor_internal CASCADE`",
+    ] {
+        assert!(text.contains(needed), "{needed:?} not in: {text}");
+    }
+    // The baseline of another text (every pre-release history has one).
+    sqlx::raw_sql(
+        "DELETE FROM conveyor.schema_history WHERE version = 20;
+         UPDATE conveyor.schema_history SET checksum = '13530179738628275685' WHERE version = 1",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let text = conveyor::migrate(&db.pool).await.unwrap_err().to_string();
+    assert!(
+        text.contains("V1__baseline with another text than this build's V1__baseline")
+            && text.contains("DROP SCHEMA conveyor, conveyor_internal CASCADE"),
+        "{text}"
+    );
+    let rows: i64 = sqlx::query_scalar(history)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "nothing applied");
+    // Another schema's error names that schema.
+    conveyor::migrate_schema(&db.pool, "tenant_b")
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO tenant_b.schema_history (version, name, applied_on, checksum)
+         VALUES (2, 'workers', '2026-11-29T09:35:20.811139884Z', '4032916765564760055')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let text = conveyor::migrate_schema(&db.pool, "tenant_b")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("tenant_b.schema_history")
+            && text.contains("V2__workers")
+            && text.contains("DROP SCHEMA tenant_b, tenant_b_internal CASCADE"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn an_unmigrated_database_gives_a_clear_error() {
     let db = TestDb::empty().await;
