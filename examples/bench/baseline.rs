@@ -1,6 +1,6 @@
 //! F: the old design's baseline (issue 16). The storage before the ready
-//! ring (migration V3), rebuilt in a schema of its own, `bench_old`: the
-//! jobs table with the indexes of migration V1 (among them the claim index
+//! ring (`fae5eab^`), rebuilt in a schema of its own, `bench_old`: the
+//! jobs table with the indexes it had then (among them the claim index
 //! over pending rows), no ring and no triggers; its claim and outcome
 //! statements replayed as raw SQL from one connection, batched as a worker
 //! batches them. Scenario C (Conveyor as it is) runs in the same invocation,
@@ -14,13 +14,13 @@ use sqlx::Row;
 use crate::scenarios::{Config, Line};
 use crate::support::{BenchDb, NO_CHECKPOINT_ENV, Result, secs};
 
-/// The jobs table and indexes of the old design (migration V1).
+/// The jobs table and indexes of the old design (before the ready ring).
 const SCHEMA: &str = "
     DROP SCHEMA IF EXISTS bench_old CASCADE;
     CREATE SCHEMA bench_old;
     CREATE TABLE bench_old.jobs (LIKE conveyor.jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
     -- The rules on several columns, which conveyor.jobs keeps on its
-    -- partitions since V10 (LIKE copies the column types, so the one-column
+    -- partitions (LIKE copies the column types, so the one-column
     -- rules, domains, come with them): the same rules as C's tables.
     ALTER TABLE bench_old.jobs ADD CHECK (
         CASE WHEN state = 'started' THEN lease_expires_at IS NOT NULL AND lease_token IS NOT NULL
@@ -44,10 +44,11 @@ const SCHEMA: &str = "
         WHERE finished_at IS NOT NULL;
 ";
 
-/// The old claim as it was (src/db/claim.sql before V3, `fae5eab^`), with
-/// `conveyor.jobs` read as `bench_old.jobs`: the limits' room, the pause
-/// check and the task filter, and every column of the claimed jobs returned
-/// (the worker ran them from those rows). Prepared once, as sqlx did.
+/// The old claim as it was (src/db/claim.sql before the ready ring,
+/// `fae5eab^`), with `conveyor.jobs` read as `bench_old.jobs`: the limits'
+/// room, the pause check and the task filter, and every column of the
+/// claimed jobs returned (the worker ran them from those rows). Prepared
+/// once, as sqlx did.
 const CLAIM: &str = "WITH room AS (
         SELECT greatest(0, least(
                    $3::bigint,
@@ -82,8 +83,8 @@ const CLAIM: &str = "WITH room AS (
         j.created_at, j.started_at, j.finished_at,
         j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.lease_token";
 
-/// The old outcome statement as it was (src/db/complete.sql before V3,
-/// `fae5eab^`), on `bench_old.jobs`: every kind of outcome in one UPDATE,
+/// The old outcome statement as it was (src/db/complete.sql before the ready
+/// ring, `fae5eab^`), on `bench_old.jobs`: every kind of outcome in one UPDATE,
 /// the queues to wake and the ids to announce returned. Planned per call,
 /// as it was (`persistent(false)`).
 const COMPLETE: &str = "WITH outcome AS (

@@ -1,8 +1,9 @@
 //! G: the queue with a large history kept (issue 16: "retention at 100M").
-//! Finished jobs are loaded with bulk SQL into the day tables of the last 30
-//! days (migration V8), then at each level: C (the claim path), enqueue one
-//! job per call, a page of the finished list (as `conveyor jobs list`), a
-//! job fetched by id, and a retention pass that drops the oldest day.
+//! Finished jobs are loaded with bulk SQL into the day tables of the last
+//! 30 days (`conveyor.jobs_success_<day>`, …), then at each level: C (the
+//! claim path), enqueue one job per call, a page of the finished list (as
+//! `conveyor jobs list`), a job fetched by id, and a retention pass that
+//! drops the oldest day.
 
 use std::time::{Duration, Instant};
 

@@ -306,9 +306,9 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let seen = counter.seen();
         let (table, indexes) = db.sizes().await?;
         let dead: i64 =
-            // Summed over the leaves: since V8 the stored jobs are partitioned
-            // (conveyor.job_rows since V12), and a partitioned table's own
-            // counter stays 0; the claims' rows (V12) count too.
+            // Summed over the leaves: the stored jobs are partitioned
+            // (conveyor.job_rows), and a partitioned table's own counter
+            // stays 0; the claims' rows (conveyor.claims) count too.
             sqlx::query_scalar(
                 "SELECT coalesce(sum(pg_stat_get_dead_tuples(relid)), 0)::bigint FROM (
                      SELECT relid FROM pg_partition_tree('conveyor.job_rows') WHERE isleaf

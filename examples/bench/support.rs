@@ -285,8 +285,8 @@ impl BenchDb {
     /// Bytes of the jobs table: (heap + toast, indexes).
     pub async fn sizes(&self) -> Result<(i64, i64)> {
         let row: (i64, i64) = sqlx::query_as(
-            // Summed over the partitions of the stored jobs (migration V8;
-            // conveyor.job_rows since V12) and the claims' rows (V12).
+            // Summed over the partitions of the stored jobs
+            // (conveyor.job_rows) and the claims' rows (conveyor.claims).
             "SELECT coalesce(sum(pg_table_size(relid)), 0)::bigint,
                     coalesce(sum(pg_indexes_size(relid)), 0)::bigint
              FROM (SELECT relid FROM pg_partition_tree('conveyor.job_rows') WHERE isleaf

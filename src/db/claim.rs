@@ -93,7 +93,7 @@ pub(crate) struct Undecodable {
 
 /// The turn a claim answered to wait for: one row, `id` NULL and `state`
 /// `'turn'`, whose `priority` is the number of the turn's table
-/// (`conveyor_internal.claim_turn_<n>`, migration V19).
+/// (`conveyor_internal.claim_turn_<n>`).
 fn turn_to_wait_for(rows: &[sqlx::postgres::PgRow]) -> Result<Option<u8>> {
     let [row] = rows else {
         return Ok(None);

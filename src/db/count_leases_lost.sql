@@ -1,5 +1,5 @@
--- Adds leases lost to the per-minute rollups (conveyor.stats, migration
--- V11): $1 queues, $2 tasks, $3 counts, one element per (queue, task). A
+-- Adds leases lost to the per-minute rollups (conveyor.stats.leases_lost):
+-- $1 queues, $2 tasks, $3 counts, one element per (queue, task). A
 -- worker that learns it lost leases sends them here, in a statement of its
 -- own, off the path of outcomes. Written like the outcome batches'
 -- (conveyor_internal.count_outcomes()): the current minute, the writer's

@@ -10,12 +10,12 @@
 -- docs/decisions/2026-11-28-reads-at-scale.md).
 --
 -- The page's ids are found first, in order, from the state's day tables
--- (migration V8), merged newest first: their index on finished_at, or on
--- (queue, finished_at) / (task, finished_at) when a queue or task is given:
--- those carry queue, task and id, so
--- even a queue-and-task pair that matches nothing is ruled out from the
--- index alone. Then only the page's rows are read. A page costs about its
--- own rows however many finished jobs are kept.
+-- (conveyor.jobs_success_<day>, …), merged newest first: their index on
+-- finished_at, or on (queue, finished_at) / (task, finished_at) when a
+-- queue or task is given: those carry queue, task and id, so even a
+-- queue-and-task pair that matches nothing is ruled out from the index
+-- alone. Then only the page's rows are read. A page costs about its own
+-- rows however many finished jobs are kept.
 --
 -- A search adds $7 (args contain this JSON), $8 (last_error contains this
 -- text, any case) and $9 (finished in the last $9 seconds): the window is a

@@ -9,9 +9,9 @@
 --   * all from the stored rows (conveyor.job_rows), not the view
 --     conveyor.jobs, which works out every unfinished job's state from the
 --     claims before it can filter on it (750 ms with a million jobs waiting);
---   * finished jobs are counted over recent windows only, through
---     the final states' day tables (migration V8), by finished_at: successes over the last hour,
---     failures and cancellations (rare) over the last day, so the cost
+--   * finished jobs are counted over recent windows only, through the
+--     final states' day tables, by finished_at: successes over the last
+--     hour, failures and cancellations (rare) over the last day, so the cost
 --     follows recent throughput, not how many finished jobs are kept.
 -- Run with fresh plans (not a prepared generic plan) so the literal states
 -- match the partial indexes. The queue's settings (conveyor.queues, a row

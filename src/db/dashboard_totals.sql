@@ -5,7 +5,7 @@
 -- jobs kept in each final state, counted through its day tables' index on finished_at, but only
 -- up to $1 rows each (shown as "N+" past it).
 SELECT (SELECT coalesce(sum(greatest(c.reltuples::bigint, s.n_live_tup, 0)), 0)::bigint
-        -- Summed over the stored rows' partitions (migrations V8, V12).
+        -- Summed over the stored rows' partitions (conveyor.job_rows).
         FROM pg_partition_tree('conveyor.job_rows') t
         JOIN pg_class c ON c.oid = t.relid
         LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid

@@ -11,7 +11,7 @@
 -- statement's snapshot but not locked is busy.
 --
 -- The caller settles these jobs' claims first, in the same transaction
--- (conveyor_internal.settle_claims, migration V12): the stored rows then say
+-- (conveyor_internal.settle_claims): the stored rows then say
 -- which jobs run.
 WITH locked AS MATERIALIZED (
     SELECT id FROM conveyor.job_rows WHERE id = ANY($1::uuid[]) AND state <> 'started'

@@ -116,7 +116,7 @@ async fn insert_jobs(
 /// earlier try may have inserted these jobs (and they may have finished
 /// since). A row whose id is that, or was given by the caller, is looked for
 /// among finished jobs too: only unfinished ones have an index that keeps
-/// ids unique (migration V8). A job that was not
+/// ids unique (`conveyor.jobs_unfinished`'s primary key). A job that was not
 /// (its id existed, or came earlier in `rows`) is checked to exist with a
 /// fresh snapshot, in one more statement: an id that the insert found taken
 /// but that cannot be read (its job was deleted since) is

@@ -13,7 +13,7 @@
 -- primary key's range of minutes; a row another statement folds at the
 -- same time is deleted once (the second waits for its lock, then skips it).
 -- The rows deleted here are added to conveyor.stats_totals by the trigger
--- stats_totals (migration V9), in this statement: the all-time totals the
+-- stats_totals, in this statement: the all-time totals the
 -- metrics serve.
 WITH bounds AS (
     SELECT $1::timestamptz AS since,

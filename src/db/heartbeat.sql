@@ -17,7 +17,7 @@
 -- whatever order its plan meets them; this statement no longer waits for
 -- them (docs/decisions/2026-11-25-lock-order.md).
 --
--- Jobs held in their claim's row (pending on disk, migration V12) are renewed
+-- Jobs held in their claim's row (pending on disk, conveyor.claims) are renewed
 -- with it: one update per claim, whatever its number of jobs. A claim row
 -- locked right now (an outcome batch counting it down, the rescuer) is
 -- skipped like a job row, and its jobs answered as busy.

@@ -9,13 +9,13 @@
 --
 -- Jobs go into conveyor.jobs_unfinished, whose primary key keeps ids unique
 -- among unfinished jobs. A finished job lives in another partition
--- (migration V8), which no index shares with it: when an id may belong to
--- one ($14: the caller chose some id, or an earlier try of this insert may
--- have committed and its jobs run since), each id is also looked for in
--- the whole table, read with this statement's snapshot, in which every job
--- is in exactly one partition. (Only a job inserted and finished entirely
--- while this statement runs could slip past; with $14 false nothing is
--- looked up: ids the library generates are new.)
+-- (conveyor.jobs_success, …), which no index shares with it: when an id may
+-- belong to one ($14: the caller chose some id, or an earlier try of this
+-- insert may have committed and its jobs run since), each id is also looked
+-- for in the whole table, read with this statement's snapshot, in which
+-- every job is in exactly one partition. (Only a job inserted and finished
+-- entirely while this statement runs could slip past; with $14 false
+-- nothing is looked up: ids the library generates are new.)
 INSERT INTO conveyor.jobs_unfinished
     (id, queue, task, args, headers, state, priority, run_at,
      max_retries, retry_backoff_base, timeout, on_success, on_error)

@@ -152,7 +152,7 @@ pub(crate) async fn enqueued_jobs<'e>(
 /// `delete_jobs.sql`).
 pub(crate) async fn delete_jobs(pool: &PgPool, q: &Queries, ids: &[JobId]) -> Result<u64> {
     let mut tx = pool.begin_with(super::BEGIN).await?;
-    // Claimed jobs get stored rows of their own first (migration V12), so
+    // Claimed jobs get stored rows of their own first (settle_claims), so
     // the statement below sees which jobs run.
     sqlx::query(q.settle_claims)
         .bind(ids)

@@ -32,7 +32,7 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
         return Ok(None);
     }
     // Claims whose lease expired become started rows with that lease
-    // (migration V12), which the rescue statement then reads.
+    // (settle_expired_claims), which the rescue statement then reads.
     sqlx::query(q.settle_expired_claims)
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .execute(q.on(&mut *tx))

@@ -24,7 +24,7 @@ pub(crate) struct MetricsTotals {
     pub run_ms: Vec<i64>,
     pub wait_ms_sum: f64,
     pub run_ms_sum: f64,
-    /// Leases workers lost (migration V11).
+    /// Leases workers lost (`conveyor.stats.leases_lost`).
     pub leases_lost: i64,
 }
 

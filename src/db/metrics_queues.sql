@@ -60,7 +60,7 @@ keys AS (
 names AS (
     SELECT queue FROM waiting WHERE queue IS NOT NULL
     UNION SELECT queue FROM running WHERE queue IS NOT NULL
-    -- Jobs held in their claim's row (migration V12).
+    -- Jobs held in their claim's row (conveyor.claims).
     UNION SELECT queue FROM conveyor.claims WHERE jobs_left > 0
     UNION SELECT queue FROM keys
     UNION SELECT name FROM conveyor.queues

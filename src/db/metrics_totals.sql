@@ -4,8 +4,9 @@
 -- ten minutes or so, through stats_unfolded_idx). Both are read in one
 -- snapshot, and a fold or a prune moves counts from the rows into the
 -- totals in one statement, so no count is seen twice or missed and the sums
--- never go down (migration V9). The cost follows the queues and tasks, and
--- the writers of the last minutes: never the jobs or the minutes kept.
+-- never go down (the trigger stats_totals). The cost follows the queues and
+-- tasks, and the writers of the last minutes: never the jobs or the minutes
+-- kept.
 SELECT queue, task,
        sum(enqueued)::bigint AS enqueued, sum(succeeded)::bigint AS succeeded,
        sum(failed)::bigint AS failed, sum(retried)::bigint AS retried,

@@ -232,8 +232,9 @@ pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
 /// again is harmless, and the body in the repository is the one the
 /// database runs. Bodies are not checked against the tables here
 /// (`check_function_bodies = off`, as `pg_dump` does): on a new database the
-/// functions come first, because the baseline's column default and trigger
-/// name two of them.
+/// functions come first, because the baseline names them (a column default,
+/// the triggers) and calls three of them to make the ready ring's slot
+/// tables and the history's day tables.
 pub(crate) async fn apply_functions(conn: &mut PgConnection, q: &Queries) -> Result<()> {
     use sqlx::Connection;
     let mut tx = conn.begin().await?;

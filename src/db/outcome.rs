@@ -221,7 +221,7 @@ pub(crate) async fn release(
     let tokens: Vec<i64> = leases.iter().map(|l| l.1).collect();
     let mut tx = pool.begin_with(super::BEGIN).await?;
     // Jobs held in their claim's row get stored rows of their own first
-    // (migration V12), which the release statement reads.
+    // (settle_claims), which the release statement reads.
     sqlx::query(q.settle_claims)
         .bind(&ids)
         .execute(q.on(&mut *tx))

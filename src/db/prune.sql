@@ -2,10 +2,11 @@
 -- seconds ago, oldest first. Small batches with SKIP LOCKED: never waits on
 -- (or blocks) a worker for long.
 --
--- Finished jobs live in a table per day (migration V8): with a retention of
+-- Finished jobs live in a table per day (conveyor.jobs_success_<day>, …):
+-- with a retention of
 -- a day or more ($4 false) the pruner drops those tables whole, and this
--- deletes only jobs below the oldest of them (the default partition, jobs
--- finished before V8); with less than a day ($4 true), it deletes every job
+-- deletes only jobs below the oldest of them (the state's default
+-- partition); with less than a day ($4 true), it deletes every job
 -- past the retention, one by one.
 WITH doomed AS (
     SELECT id FROM conveyor.job_rows

@@ -2,7 +2,7 @@
 -- their (id, lease_token) and this worker's id: they become
 -- pending again and idle workers of their queues are woken. A job whose
 -- cancellation was asked for ends cancelled instead (moved into
--- jobs_cancelled, migration V8): waiters hear of it, and its workflow and
+-- conveyor.jobs_cancelled): waiters hear of it, and its workflow and
 -- callbacks are returned for conveyor_internal.after_finish(), which the
 -- caller runs in the same transaction. The held jobs are locked first, so
 -- what decides each one's fate is the row as it is now.
@@ -21,7 +21,7 @@ back AS (
         lease_expires_at = NULL,
         -- The claim ended without its worker. A fresh token, above the claim's:
         -- a job pending on disk counts as held by any claim with a higher
-        -- token that lists it (migration V12), so the old claim must not.
+        -- token that lists it (conveyor.claims), so the old claim must not.
         lease_token = (SELECT nextval('conveyor.lease_tokens')),
         worker_id = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM held WHERE NOT cancel))

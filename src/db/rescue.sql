@@ -4,7 +4,7 @@
 -- cancellation was asked for ends cancelled. The expired jobs are locked
 -- first (so what decides each one's fate is the row as it is now), then the
 -- runnable ones are updated in place and the ended ones moved into their
--- final state's table (migration V8).
+-- final state's table (conveyor.jobs_failure, jobs_cancelled).
 WITH expired AS (
     SELECT id,
            CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
@@ -27,7 +27,7 @@ again AS (
         lease_expires_at = NULL,
         -- The claim ended without its worker. A fresh token, above the claim's:
         -- a job pending on disk counts as held by any claim with a higher
-        -- token that lists it (migration V12), so the old claim must not.
+        -- token that lists it (conveyor.claims), so the old claim must not.
         lease_token = (SELECT nextval('conveyor.lease_tokens')),
         worker_id = NULL
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired WHERE new_state = 'pending'))

@@ -1,5 +1,5 @@
 //! The ready ring's shape as the worker needs it (`conveyor.ready`,
-//! migrations V3 and V16). The claim names the slots of the current bank in
+//! `conveyor.ready_bank`). The claim names the slots of the current bank in
 //! SQL (`conveyor_internal.claim_statement()`), not here.
 
 /// Banks of the ready ring: `rotate_ring()`'s default `max_banks` (bank 0,

@@ -1,14 +1,16 @@
 //! The pruner: removes finished jobs once they are older than the retention
 //! set for their final state (and outcome rollups past theirs). Finished
-//! jobs live in a table per UTC day (migration V8): a day's table is dropped
-//! whole once all of it is past the retention, so with a retention of a day
-//! or more a job is kept at least that long and at most a day longer. Jobs
-//! outside the day tables (finished before V8, or written by hand with an
-//! odd `finished_at`), and every job under a retention shorter than a day,
-//! are deleted one by one in small batches (one process at a time, by
-//! advisory lock; `SKIP LOCKED` keeps it out of the workers' way). Each pass
-//! also creates the day tables of the next days, and folds the rollups'
-//! shards of past minutes into one row (see [`fold_stats`]).
+//! jobs live in a table per UTC day (`conveyor.jobs_success_<day>`, …): a
+//! day's table is dropped whole once all of it is past the retention, so
+//! with a retention of a day or more a job is kept at least that long and
+//! at most a day longer. Jobs outside the day tables (in the state's
+//! default partition: written by hand with an odd `finished_at`, or
+//! finished before the day's table existed), and every job under a
+//! retention shorter than a day, are deleted one by one in small batches
+//! (one process at a time, by advisory lock; `SKIP LOCKED` keeps it out of
+//! the workers' way). Each pass also creates the day tables of the next
+//! days, and folds the rollups' shards of past minutes into one row (see
+//! [`fold_stats`]).
 
 use std::time::Duration;
 

@@ -3,18 +3,19 @@
 //! up, even while another session holds a snapshot that keeps VACUUM from
 //! removing anything; and moves the ring to another bank of slots while a
 //! long transaction holds slots of the current one, as `pg_dump` does for
-//! its whole run (`conveyor_internal.rotate_ring()`, migration V16).
+//! its whole run (`conveyor_internal.rotate_ring()`, `conveyor.ready_bank`).
 //!
-//! Every worker runs this loop, a few times per slot length (one second), so
-//! a slot is emptied soon after it is sealed and drained; one process at a
-//! time does the work (an advisory lock inside the function), at most one
-//! pass per 200 ms in all (migration V17). A process whose calls find the
-//! work done by another calls less and less often, down to once every
-//! [`AT_MOST_EVERY`], and four times a second again once one of its calls
-//! does a pass: in a fleet, one process does the upkeep and the others
-//! stand by, instead of each asking four times a second. Each slot is
-//! taken under an ACCESS EXCLUSIVE lock waited for at most 5 ms, and skipped
-//! without waiting when it is already empty or a long transaction holds it.
+//! Every worker runs this loop, a few times per slot length (one second),
+//! so a slot is emptied soon after it is sealed and drained; one process at
+//! a time does the work (an advisory lock inside the function), at most one
+//! pass per 200 ms in all (`conveyor_internal.ring_pass_at_ms`). A process
+//! whose calls find the work done by another calls less and less often,
+//! down to once every [`AT_MOST_EVERY`], and four times a second again once
+//! one of its calls does a pass: in a fleet, one process does the upkeep
+//! and the others stand by, instead of each asking four times a second.
+//! Each slot is taken under an ACCESS EXCLUSIVE lock waited for at most 5
+//! ms, and skipped without waiting when it is already empty or a long
+//! transaction holds it.
 //!
 //! Each pass returns the current bank, which this worker's claims then read
 //! (a change is also announced on the channel `<schema>.ring`, which the

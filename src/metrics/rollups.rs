@@ -1,5 +1,5 @@
 //! The counters and histograms read from the rollups' all-time totals
-//! (`conveyor.stats_totals` plus the rows not folded yet; migration V9),
+//! (`conveyor.stats_totals` plus the rows not folded yet),
 //! served as Prometheus counters and histograms by queue and task.
 
 use std::collections::HashMap;

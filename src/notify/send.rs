@@ -19,7 +19,8 @@ type Outbox = (
 /// task, in one statement per batch (duplicates merged), so concurrent
 /// callers share a statement. Used where the library owns the commit
 /// (bulk enqueues by COPY, recorded outcomes): a NOTIFY inside a writing
-/// transaction would make commits queue behind each other (see migration V8).
+/// transaction would make commits queue behind each other (see
+/// `conveyor_internal.notify_job_ready()`).
 ///
 /// A failing statement is retried with backoff for up to 10 s; if the
 /// process dies before sending, idle workers find the jobs at their next

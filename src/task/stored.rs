@@ -151,7 +151,7 @@ impl<O> NewJob<O> {
 const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The range of times `conveyor.jobs` holds (the domain
-/// `conveyor.finite_timestamptz`, migration V10).
+/// `conveyor.finite_timestamptz`).
 fn earliest_time() -> DateTime<Utc> {
     DateTime::from_timestamp(-62_135_596_800, 0).unwrap_or_default() // 0001-01-01
 }

@@ -1,6 +1,6 @@
-//! Adds the leases this worker lost to the rollups (`conveyor.stats.leases_lost`,
-//! migration V11), so that every process serving metrics sees them
-//! (`conveyor_leases_lost_total{queue,task}`), not only this one.
+//! Adds the leases this worker lost to the rollups
+//! (`conveyor.stats.leases_lost`), so that every process serving metrics
+//! sees them (`conveyor_leases_lost_total{queue,task}`), not only this one.
 //!
 //! Off the path of outcomes: the executor, the completer and the heartbeat
 //! count a loss in [`Health`] and go on; this task takes the losses counted

@@ -321,7 +321,7 @@ async fn bad_rows_get_a_clear_outcome_and_the_worker_keeps_serving() {
             err.into_database_error().unwrap().message().to_string()
         }
     };
-    // Rejected at insert by constraints (one-column rules are domains: V10).
+    // Rejected at insert by constraints (one-column rules are domains).
     let msg = rejected("INSERT INTO conveyor.jobs (task, args) VALUES ('add', NULL)").await;
     assert!(msg.contains("null value in column \"args\""), "{msg}");
     let msg = rejected("INSERT INTO conveyor.jobs (task) VALUES ('')").await;
@@ -329,7 +329,7 @@ async fn bad_rows_get_a_clear_outcome_and_the_worker_keeps_serving() {
     let msg = rejected("INSERT INTO conveyor.jobs (task, queue) VALUES ('add', '')").await;
     assert!(msg.contains("queue_name_check"), "{msg}");
     // (The state is the partition key: a value no partition takes is refused
-    // as such, before the CHECK constraint is reached. Migration V8.)
+    // as such, before the CHECK constraint is reached.)
     let msg = rejected("INSERT INTO conveyor.jobs (task, state) VALUES ('add', 'running')").await;
     assert!(
         msg.contains("no partition of relation \"job_rows\""),

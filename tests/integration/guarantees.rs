@@ -274,7 +274,7 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
         })
         .start()
         .unwrap();
-    // One job at a time, so each is its own claim (migration V12): a claim's
+    // One job at a time, so each is its own claim (conveyor.claims): a claim's
     // row renews all its jobs at once, and a transaction holding it (as
     // settling one of its jobs does, until it commits) makes them all busy.
     let mut jobs = Vec::new();
@@ -311,7 +311,7 @@ async fn a_lease_renewal_meeting_a_locked_job_renews_the_others_and_cancels_noth
     };
     beat(expiry(free).await).await;
     // As conveyor.cancel() does: the job's claim settled (its row now says
-    // started, migration V12), then its row locked.
+    // started), then its row locked.
     let mut tx = db.pool.begin().await.unwrap();
     sqlx::query("SELECT conveyor_internal.settle_claims(ARRAY[$1])")
         .bind(locked)
@@ -369,7 +369,7 @@ async fn times_a_reader_cannot_represent_are_refused_and_workers_keep_serving() 
         let err = sqlx::query(sql).execute(&db.pool).await.unwrap_err();
         let msg = err.into_database_error().unwrap().message().to_string();
         // The jobs' times are of the domain conveyor.finite_timestamptz
-        // (migration V10); finished_at is the day tables' partition key.
+        // (a domain); finished_at is the day tables' partition key.
         let named = [
             "finite_timestamptz_check",
             "_default_finished_check",
@@ -780,7 +780,7 @@ async fn an_enqueue_whose_acknowledgement_is_lost_returns_ok_and_inserts_once() 
     }
 }
 
-/// Defect 8 again, with finished jobs kept apart (migration V8): an enqueue
+/// Defect 8 again, with finished jobs kept apart (in day tables): an enqueue
 /// whose acknowledgement was lost, retried only after its job already ran
 /// and finished. The retry must find the finished job, not insert it again
 /// (only unfinished jobs share an index on id).
@@ -865,8 +865,8 @@ async fn an_outcome_postgres_refuses_fails_alone_and_its_batch_is_stored() {
     worker.shutdown(WAIT).await.unwrap();
 }
 
-/// Migration V12: a claim no longer writes the job's row, so a cancel can no
-/// longer meet the claim there; it settles the job's claim first, waiting on
+/// A claim does not write the job's row (conveyor.claims), so a cancel cannot
+/// meet the claim there; it settles the job's claim first, waiting on
 /// the ring row a claim in flight holds. Cancels chase the claims' front
 /// through a backlog: every job whose cancel answered `cancelled` (it was
 /// still pending) must never have run.
@@ -951,7 +951,7 @@ async fn a_job_cancelled_while_pending_never_runs_even_as_it_is_claimed() {
     );
 }
 
-/// Migration V12: a claim counts the jobs it still holds and is deleted at
+/// A claim (conveyor.claims) counts the jobs it still holds and is deleted at
 /// 0. An outcome batch that names one job twice must count it once: counted
 /// twice, the claim went while it still held the other job, stored as
 /// pending with no ring row, which nothing would then run or rescue.
@@ -993,7 +993,7 @@ async fn an_outcome_batch_naming_a_job_twice_counts_its_claim_down_once() {
     assert_eq!(left, Some(1));
 }
 
-/// Migration V13: a claims row deleted by hand (`DELETE FROM
+/// A claims row deleted by hand (`DELETE FROM
 /// conveyor.claims` in psql) gives the jobs it still held back: runnable
 /// again with a fresh token, so the claim's worker can no longer record an
 /// outcome for them. Without it they stayed stored as pending with no ring

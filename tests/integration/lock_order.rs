@@ -461,7 +461,7 @@ async fn a_lease_renewal_skips_a_locked_job_and_answers_it_busy() {
     let mut holder = PgConnection::connect(&db.url()).await.unwrap();
     let mut tx = holder.begin().await.unwrap();
     // As conveyor.cancel() does: the job's claim settled (its row now says
-    // started, migration V12), then its row locked.
+    // started), then its row locked.
     sqlx::query("SELECT conveyor_internal.settle_claims(ARRAY[$1])")
         .bind(locked.0)
         .execute(&mut *tx)

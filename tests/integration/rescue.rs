@@ -1,6 +1,7 @@
-//! The rescuer's floor (migration V20): a pass reads the claims ended
-//! recently, not every claim ended since a snapshot was taken, and still
-//! finds every expired claim, a lease written in the past by hand included.
+//! The rescuer's floor (`conveyor_internal.rescue_floor`): a pass reads the
+//! claims ended recently, not every claim ended since a snapshot was taken,
+//! and still finds every expired claim, a lease written in the past by hand
+//! included.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The ready ring (`conveyor.ready`, migration V3): claims stay cheap while
+//! The ready ring (`conveyor.ready`): claims stay cheap while
 //! another session holds a snapshot, every change of a pending job keeps its
 //! ring row in step, and rotation carries leftovers forward and gives way to
 //! readers.
@@ -129,8 +129,8 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
     assert!(plan.contains("rows=1 "), "it claimed the one job:\n{plan}");
     // The horizon was held all along: VACUUM could not remove the old
     // versions of the jobs (the outcome leaves one each; the claim, which
-    // writes a conveyor.claims row and not the job's, none: migration V12).
-    // (Unfinished jobs live in conveyor.jobs_unfinished: migration V8.)
+    // writes a conveyor.claims row and not the job's, none).
+    // (Unfinished jobs live in conveyor.jobs_unfinished.)
     for sql in [
         "CREATE EXTENSION pgstattuple",
         "VACUUM conveyor.jobs_unfinished",
@@ -153,7 +153,7 @@ async fn claims_stay_cheap_while_a_snapshot_is_held() {
 }
 
 /// A claim from a queue with a global concurrency limit counts the jobs the
-/// queue's claims hold (`conveyor_internal.live_leases`, migration V14). It
+/// queue's claims hold (`conveyor_internal.live_leases`). It once
 /// summed every `conveyor.claims` row of the queue, a sequential scan: under
 /// a held snapshot each claim and count-down since left a version there,
 /// and each limited claim read them all (bench S with a limited queue: pickup
@@ -422,7 +422,7 @@ async fn rebuild_ready_repairs_rows_written_with_triggers_off() {
         .execute(&mut conn)
         .await
         .unwrap();
-    // (Restores and replication write the stored rows: migration V12.)
+    // (Restores and replication write the stored rows, conveyor.job_rows.)
     let restored: uuid::Uuid =
         sqlx::query_scalar("INSERT INTO conveyor.job_rows (task) VALUES ('noop') RETURNING id")
             .fetch_one(&mut conn)
@@ -449,7 +449,7 @@ async fn rebuild_ready_repairs_rows_written_with_triggers_off() {
     assert_eq!(again, 0, "nothing left to repair");
 }
 
-/// The ring's current bank (`conveyor.ready_bank`, migration V16).
+/// The ring's current bank (`conveyor.ready_bank`).
 async fn bank(pool: &PgPool) -> i16 {
     sqlx::query_scalar("SELECT bank FROM conveyor.ready_bank")
         .fetch_one(pool)
@@ -756,9 +756,10 @@ async fn a_row_carried_from_another_bank_wakes_its_queue() {
 }
 
 /// Every worker process calls the ring's upkeep a few times a second; a
-/// fleet of them shares one pass per `min_gap` (migration V17), timed by
-/// the sequence the pass sets. A last pass "in the future" (a clock set
-/// back, a restore on another machine) does not stop the upkeep.
+/// fleet of them shares one pass per `min_gap`, timed by the sequence the
+/// pass sets (`conveyor_internal.ring_pass_at_ms`). A last pass "in the
+/// future" (a clock set back, a restore on another machine) does not stop
+/// the upkeep.
 #[tokio::test]
 async fn the_ring_upkeep_runs_once_per_gap_whoever_calls_it() {
     let db = TestDb::new().await;

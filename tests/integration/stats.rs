@@ -1,4 +1,4 @@
-//! The per-minute outcome rollups (`conveyor.stats`, migration V5): they
+//! The per-minute outcome rollups (`conveyor.stats`): they
 //! count what the jobs table shows for a known workload, and still do after
 //! the jobs are pruned.
 
@@ -282,9 +282,10 @@ async fn rollups_of_random_batches_match_a_plain_count() {
 /// row of a SELECT, or once per statement) counts its jobs exactly,
 /// savepoints and rollbacks included, without writing its rollup row once
 /// per statement: after 8 counting statements it tallies them and writes
-/// them at commit (migration V15). Written once per statement, the row's
-/// versions (none can be pruned before the transaction ends) filled a page
-/// every 37 statements, and each upsert walked all of them.
+/// them at commit (the trigger jobs_flush_enqueue_tally). Written once per
+/// statement, the row's versions (none can be pruned before the transaction
+/// ends) filled a page every 37 statements, and each upsert walked all of
+/// them.
 #[tokio::test]
 async fn enqueue_counts_of_a_transaction_of_many_statements_add_up() {
     let db = TestDb::new().await;

@@ -196,12 +196,12 @@ async fn leases_are_renewed_while_a_job_runs() {
         (lease > first).then_some(())
     })
     .await;
-    // The job is held in its claim's row (migration V12): renewals update
+    // The job is held in its claim's row (conveyor.claims): renewals update
     // that row, one update per claim, and leave the job's row alone. A
     // claim inserts its row; outcomes delete claims or count them down, once
     // per batch, and this one job's claim is deleted at its outcome: an
-    // update of conveyor.claims while it runs is a renewal. (Not HOT since
-    // migration V14, which indexes lease_expires_at for limited queues. The
+    // update of conveyor.claims while it runs is a renewal. (Not HOT:
+    // claims_live_idx indexes lease_expires_at for limited queues. The
     // server's statistics reach the views within a second or so of the
     // worker's transactions.)
     eventually(WAIT, "lease renewals update the claim's row", || async {

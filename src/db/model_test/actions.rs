@@ -174,7 +174,7 @@ impl Run {
             return;
         };
         if self.rng.below(2) == 0 {
-            // One job, through the view (its claim settled first: migration V12).
+            // One job, through the view (its claim settled first).
             sqlx::query(
                 "UPDATE conveyor.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
             )

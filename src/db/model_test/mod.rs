@@ -54,8 +54,8 @@ struct Job {
     max_retries: i32,
     token: Option<i64>,
     /// After a claim ended without its worker (rescue, release): the job
-    /// holds a fresh token above this one, the lost claim's (migration
-    /// V12: a job pending on disk counts as held by any claim with a
+    /// holds a fresh token above this one, the lost claim's (a job pending
+    /// on disk counts as held by any claim (`conveyor.claims`) with a
     /// higher token that lists it, so the lost one must not).
     token_above: Option<i64>,
     cancel_requested: bool,
