@@ -5,13 +5,13 @@
 -- Returns the job's state after the call (NULL: no such job). The row is
 -- locked first, so a job changing state meanwhile (a completer recording a
 -- retry, the rescuer) cannot make the request vanish. A job that ends here
--- moves from conveyor.jobs_unfinished into jobs_cancelled (migration V8).
+-- moves from conveyor.jobs_unfinished into jobs_cancelled.
 CREATE OR REPLACE FUNCTION conveyor.cancel(job uuid) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     j conveyor.jobs;
 BEGIN
-    -- A job its claim holds (migration V12) gets a stored row of its own
+    -- A job its claim holds (conveyor.claims) gets a stored row of its own
     -- first, so the row locked below says what the job is.
     PERFORM conveyor_internal.settle_claims(ARRAY[job]);
     SELECT * INTO j FROM conveyor.job_rows WHERE id = job FOR UPDATE;

@@ -1,4 +1,4 @@
--- The trigger claims_lease_in_the_past (migration V20): a claim written
+-- The trigger claims_lease_in_the_past (on conveyor.claims): a claim written
 -- with a lease already past (by hand: the library writes leases in the
 -- future) lowers the rescuer's floor to it, so that the rescuer, which
 -- reads claims from the floor up (conveyor_internal.settle_expired_claims()),

@@ -3,16 +3,16 @@
 -- writes for the current bank (and tests EXPLAIN for any bank). Claims up
 -- to $3 runnable jobs of queue $1 for worker $5, in one statement.
 --
--- Runnable jobs are found in the ready ring (conveyor.ready, migration V3),
--- not in conveyor.jobs: its slots are emptied by TRUNCATE, so the claim
--- never walks more dead index entries than a few slots hold, whatever
--- snapshot another session keeps open. It reads one bank of slots (V16),
--- named as constants, so that the plan reads and writes that bank's tables
--- only. The picked ring rows are locked (SKIP LOCKED: concurrent claims take
--- different jobs), deleted by their physical address, and the jobs they name
--- are read by primary key. A ring row whose job is no longer pending
--- (cancelled while this claim held the row) is deleted and its job left
--- alone.
+-- Runnable jobs are found in the ready ring (conveyor.ready), not in
+-- conveyor.jobs: its slots are emptied by TRUNCATE, so the claim never
+-- walks more dead index entries than a few slots hold, whatever snapshot
+-- another session keeps open. It reads one bank of slots
+-- (conveyor.ready_bank), named as constants, so that the plan reads and
+-- writes that bank's tables only. The picked ring rows are locked (SKIP
+-- LOCKED: concurrent claims take different jobs), deleted by their physical
+-- address, and the jobs they name are read by primary key. A ring row whose
+-- job is no longer pending (cancelled while this claim held the row) is
+-- deleted and its job left alone.
 --
 -- The deletion is one DELETE per slot, `DELETE FROM conveyor.ready_<k> WHERE
 -- ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = <k>))`, named
@@ -37,7 +37,7 @@
 -- (statement_timestamp(): a claim that waited for its turn began its
 -- transaction earlier; the rescuer's floor relies on leases counted from
 -- the statement, conveyor_internal.settle_expired_claims()); their own rows are not written
--- (pending on disk; migration V12). Jobs whose row is no longer pending
+-- (pending on disk; conveyor.claims). Jobs whose row is no longer pending
 -- are left out. (The attempt saturates: a hand-written attempt of 2^31 - 1
 -- must not fail the claim.) The columns returned are those of src/db/job_columns.sql,
 -- as base types (what conveyor_internal.claim_ready() declares).

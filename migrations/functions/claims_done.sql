@@ -13,7 +13,7 @@ BEGIN
         RETURN 0;
     END IF;
     -- Deletions of this statement are counted ones: the claims_given_back
-    -- trigger (migration V13) leaves them alone.
+    -- trigger (on conveyor.claims) leaves them alone.
     PERFORM set_config('conveyor.counting_claims_down', statement_timestamp()::text, true);
     FOR i IN 1 .. cardinality(tokens) LOOP
         -- One write per claim: the row's last jobs delete it.

@@ -1,4 +1,4 @@
--- Trigger function of claims_given_back (migration V13): a claim deleted
+-- Trigger function of claims_given_back (on conveyor.claims): a claim deleted
 -- other than by counting it down (conveyor_internal.claims_done(), which
 -- marks its statement) leaves the jobs it held stored as pending with no
 -- ring row, where no worker would ever claim them: a `DELETE FROM

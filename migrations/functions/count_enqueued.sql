@@ -1,21 +1,21 @@
--- Trigger function of jobs_count_enqueued and jobs_unfinished_count_enqueued
--- (migration V9): adds the unfinished jobs an INSERT or COPY stored to the
--- `enqueued` count of the per-minute rollups (conveyor.stats), one upsert
--- per statement and (queue, task), in that order. The row is this backend's
--- own (shard = minus its pid): an enqueue inside a long transaction holds
--- it until commit, and no other backend ever waits for it. It has no
--- histograms (NULL), which keeps the row, and the WAL each enqueue
--- statement writes for it, small. Counts new jobs
--- and jobs conveyor.requeue() brings back, so that enqueued minus ended
--- (succeeded, failed, cancelled) is the unfinished jobs; a finished job
--- written by hand is not counted.
+-- Trigger function of jobs_count_enqueued and
+-- jobs_unfinished_count_enqueued (on conveyor.job_rows, jobs_unfinished):
+-- adds the unfinished jobs an INSERT or COPY stored to the `enqueued` count
+-- of the per-minute rollups (conveyor.stats), one upsert per statement and
+-- (queue, task), in that order. The row is this backend's own (shard =
+-- minus its pid): an enqueue inside a long transaction holds it until
+-- commit, and no other backend ever waits for it. It has no histograms
+-- (NULL), which keeps the row, and the WAL each enqueue statement writes
+-- for it, small. Counts new jobs and jobs conveyor.requeue() brings back,
+-- so that enqueued minus ended (succeeded, failed, cancelled) is the
+-- unfinished jobs; a finished job written by hand is not counted.
 --
 -- A transaction that inserts jobs in many statements (conveyor.enqueue()
 -- called once per row of a SELECT or by a FOR EACH ROW trigger, a loop)
 -- would update that one row once per statement. No version of it can be
 -- pruned before the transaction ends, so the k-th upsert walked k versions
 -- (16,000 enqueues in one statement: 427 heap pages for the one row, 266
--- pages read by the last upsert; migration V15). So only the first 8
+-- pages read by the last upsert). So only the first 8
 -- counting statements of a transaction upsert; then the transaction
 -- "tallies": the counts add up in the transaction-local setting
 -- `conveyor.enqueue_tally`, and conveyor_internal.flush_enqueue_tally()

@@ -4,8 +4,9 @@
 -- then those attempts are counted but not timed). `rescued` marks attempts
 -- the rescuer ended. Rows are upserted in (queue, task) order, so two
 -- writers never wait for each other's rows in opposite orders. Writers use
--- shards 1 to 64 (shard 0 is the fold's; migrations V9, V17): the counts stay out
--- of conveyor.stats_totals until their row is folded or pruned.
+-- shards 1 to 64 (shard 0 is the fold's; see conveyor.stats.shard): the
+-- counts stay out of conveyor.stats_totals until their row is folded or
+-- pruned.
 CREATE OR REPLACE FUNCTION conveyor_internal.count_outcomes(
     queues text[],
     tasks text[],

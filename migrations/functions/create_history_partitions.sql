@@ -3,7 +3,7 @@
 -- ahead of today (UTC), those that do not exist yet; returns how many it
 -- created. (days_back is for imports of old history; a day's jobs already
 -- in the default partition are moved into its new table.) Run by
--- the migration and by every worker's maintenance, one at a time (a
+-- the baseline migration and by every worker's maintenance, one at a time (a
 -- transaction-level advisory lock; the others return 0 at once), so a day's
 -- table exists well before its first job finishes.
 --

@@ -1,6 +1,6 @@
 -- The slot of conveyor.ready that takes inserts now,
 -- conveyor_internal.ready_slot(): 8 times the current bank
--- (conveyor.ready_bank, migration V16) plus the statement's start, in whole
+-- (conveyor.ready_bank) plus the statement's start, in whole
 -- seconds, modulo 8.
 --
 -- Every insert into the ring asks for it, so it must cost nothing: a plain
@@ -28,23 +28,22 @@
 -- it is compiled and planned again by each session at its next call.
 --
 -- Claims of a queue with no concurrency or rate limit take turns, two at a
--- time, on two empty tables (conveyor_internal.claim_turn_<n>, migration
--- V19), which a claim locks in SHARE UPDATE EXCLUSIVE mode until its
--- transaction ends. Claims running at once all start from the head of the
--- same ring slots and each skips the rows the others hold locked (SKIP
--- LOCKED): with 50 worker processes of 4 slots, 200 connections, a claim of
--- ~90 jobs took 215 ms, and the fleet ran at 27.5 % of one process of 200
--- slots; with claims taking turns, at 55 %
--- (docs/decisions/2026-11-28-claims-take-turns.md). A claim tries both
--- turns without waiting; if both are taken it returns one row, id NULL and
--- state 'turn', whose priority names the turn to wait for, and the worker
--- waits for it with `LOCK TABLE` in a transaction of its own, sets
--- conveyor.claim_turn for the transaction, and claims in it: `LOCK TABLE`
--- waits without a snapshot, where a claim waiting inside its statement held
--- back the removal of every ring row claimed meanwhile
--- (docs/decisions/2026-11-29-claim-turns-without-a-snapshot.md).
--- Turns only spare claims each other's locked rows: SKIP LOCKED keeps
--- claims correct without them.
+-- time, on two empty tables (conveyor_internal.claim_turn_<n>), which a
+-- claim locks in SHARE UPDATE EXCLUSIVE mode until its transaction ends.
+-- Claims running at once all start from the head of the same ring slots and
+-- each skips the rows the others hold locked (SKIP LOCKED): with 50 worker
+-- processes of 4 slots, 200 connections, a claim of ~90 jobs took 215 ms,
+-- and the fleet ran at 27.5 % of one process of 200 slots; with claims
+-- taking turns, at 55 % (docs/decisions/2026-11-28-claims-take-turns.md). A
+-- claim tries both turns without waiting; if both are taken it returns one
+-- row, id NULL and state 'turn', whose priority names the turn to wait for,
+-- and the worker waits for it with `LOCK TABLE` in a transaction of its
+-- own, sets conveyor.claim_turn for the transaction, and claims in it:
+-- `LOCK TABLE` waits without a snapshot, where a claim waiting inside its
+-- statement held back the removal of every ring row claimed meanwhile
+-- (docs/decisions/2026-11-29-claim-turns-without-a-snapshot.md). Turns only
+-- spare claims each other's locked rows: SKIP LOCKED keeps claims correct
+-- without them.
 -- Returns whether either body changed. (Changing the slot count or length
 -- means changing this, claim_statement(), src/db/ring.rs (the bank count) and
 -- conveyor_internal.rotate_ring() together.)
@@ -137,7 +136,8 @@ $$;
 COMMENT ON FUNCTION conveyor_internal.define_ready_slot(integer) IS
     'Internal. (Re)defines conveyor_internal.ready_slot() and conveyor_internal.claim_ready() for ring bank `bank` (the bank as a constant in their bodies, so that inserts pay no lookup and claims read that bank''s slots); returns whether either changed. Called by rotate_ring() and when the functions are applied.';
 
--- Before migration V16 there are no banks (bank 0).
+-- On a new database the functions come before the baseline migration,
+-- which creates conveyor.ready_bank (and calls this again): bank 0.
 DO $$
 DECLARE
     current_bank integer;

@@ -1,6 +1,6 @@
 -- Retention: drops every partition of finished jobs in state job_state whose
--- whole range finished before `cutoff` (day tables, and the table of jobs
--- finished before migration V8), and returns how many. Jobs in such a
+-- whole range finished before `cutoff` (the day tables: every partition
+-- but the default one has a range), and returns how many. Jobs in such a
 -- partition that belong to a workflow still running are kept: they are
 -- moved to the state's default partition (their results may still be
 -- needed), which the pruner empties row by row once they may go.

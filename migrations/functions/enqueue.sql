@@ -20,7 +20,7 @@ DECLARE
     new_id uuid := coalesce(enqueue.id, conveyor.uuid_v7());
 BEGIN
     -- A finished job keeps its id too, in a partition the insert's
-    -- conflict check does not see (migration V8).
+    -- conflict check does not see (the day tables).
     IF enqueue.id IS NOT NULL AND EXISTS (SELECT 1 FROM conveyor.jobs j WHERE j.id = enqueue.id) THEN
         RETURN new_id;
     END IF;

@@ -104,7 +104,7 @@ BEGIN
               FROM jsonb_array_elements(jobs) AS x(e)) AS s,
              LATERAL (SELECT conveyor_internal.due_at((s.e->>'run_at')::timestamptz, NULL) AS due) AS d
         -- A finished job keeps its id too, in a partition the insert's
-        -- conflict check does not see (migration V8).
+        -- conflict check does not see (the day tables).
         WHERE s.e->>'id' IS NULL
            OR NOT EXISTS (SELECT 1 FROM conveyor.job_rows o WHERE o.id = (s.e->>'id')::uuid)
         ON CONFLICT DO NOTHING

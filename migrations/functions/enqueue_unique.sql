@@ -2,7 +2,7 @@
 -- It now looks for that id first and reports it as a duplicate.
 -- id_may_exist: the caller chose the id, or an earlier try may have
 -- inserted it: look for it among all jobs (finished ones live in other
--- partitions than new ones: migration V8, and a lookup by id reads them all).
+-- partitions than new ones, and a lookup by id reads them all).
 CREATE OR REPLACE FUNCTION conveyor_internal.enqueue_unique(
     spec jsonb, key text, ttl interval, id_may_exist boolean)
 RETURNS TABLE (id uuid, state text, inserted boolean)

@@ -1,9 +1,9 @@
--- Trigger function of jobs_flush_enqueue_tally (migration V15), a deferred
--- constraint trigger: at commit (or at SET CONSTRAINTS ... IMMEDIATE), adds
--- the counts conveyor_internal.count_enqueued() tallied in the
--- transaction-local setting `conveyor.enqueue_tally` to this backend's row
--- of conveyor.stats, in one upsert per (queue, task), in that order, and
--- arms the tally again. Its events are queued by the rows of the one
+-- Trigger function of jobs_flush_enqueue_tally (on conveyor.job_rows), a
+-- deferred constraint trigger: at commit (or at SET CONSTRAINTS ...
+-- IMMEDIATE), adds the counts conveyor_internal.count_enqueued() tallied in
+-- the transaction-local setting `conveyor.enqueue_tally` to this backend's
+-- row of conveyor.stats, in one upsert per (queue, task), in that order,
+-- and arms the tally again. Its events are queued by the rows of the one
 -- statement that armed it; the first to fire writes the tally, the others
 -- find it written and return.
 CREATE OR REPLACE FUNCTION conveyor_internal.flush_enqueue_tally() RETURNS trigger

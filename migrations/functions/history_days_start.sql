@@ -1,8 +1,7 @@
 -- Where the day partitions of finished jobs in state job_state begin: the
 -- lower bound of the oldest (NULL when there is none). Finished jobs below
--- it (in the table of jobs finished before migration V8, or in the default
--- partition) are pruned row by row; those from it on, by dropping their
--- day's table (conveyor_internal.drop_history_partitions).
+-- it (in the default partition) are pruned row by row; those from it on, by
+-- dropping their day's table (conveyor_internal.drop_history_partitions).
 CREATE OR REPLACE FUNCTION conveyor_internal.history_days_start(job_state text) RETURNS timestamptz
 LANGUAGE sql STABLE AS $$
     SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([^'']+)''\)')::timestamptz)

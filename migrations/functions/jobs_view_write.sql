@@ -1,4 +1,4 @@
--- INSTEAD OF trigger of the view conveyor.jobs (migration V12): INSERT,
+-- INSTEAD OF trigger of the view conveyor.jobs: INSERT,
 -- UPDATE and DELETE on it act on the stored rows (conveyor.job_rows), so
 -- hand-written SQL keeps working as it did on the table. An UPDATE or DELETE
 -- first settles the job's claim (conveyor_internal.settle_claims), so the

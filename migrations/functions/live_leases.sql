@@ -1,11 +1,11 @@
 -- The jobs of one queue that hold a live lease: started rows whose lease
 -- has not expired, and the jobs still held by the queue's claims whose
--- lease has not expired (conveyor.claims, migration V12). A queue's global
+-- lease has not expired (conveyor.claims). A queue's global
 -- concurrency limit is checked against this count (claim.sql). A job whose lease has expired is not counted: its
 -- worker stopped renewing it, and the rescuer gives it back.
 --
 -- Read through indexes only (sequential scans off inside the function:
--- jobs_running_idx and claims_live_idx, migration V14), so that a snapshot
+-- jobs_running_idx and claims_live_idx), so that a snapshot
 -- held elsewhere for minutes does not make the count read every version
 -- that claims have left since; through claims_live_idx it reads the
 -- versions of one lease period.

@@ -1,7 +1,7 @@
 -- Record the outcomes of a batch of attempts in one statement. Each row is
 -- fenced on its claim's token: the job's row is either started under that
 -- token (a lease of its own) or still pending on disk with a lower token,
--- held by the claim (conveyor.claims, migration V12). A worker whose lease
+-- held by the claim (conveyor.claims). A worker whose lease
 -- was lost cannot overwrite a newer claim, even one re-queued since (every
 -- write that makes a job runnable again gives it a token at least the old
 -- claim's, and tokens are never reused, unlike the attempt count). Returned for the
@@ -13,7 +13,7 @@
 --
 -- A job that ended leaves conveyor.jobs_unfinished and goes into its final
 -- state's table, today's partition of jobs_success, jobs_failure or
--- jobs_cancelled (migration V8): one DELETE, whose fence depends only on the
+-- jobs_cancelled: one DELETE, whose fence depends only on the
 -- input, and one INSERT per table. A job to be retried stays where it is,
 -- updated in place, unless its cancellation was asked for meanwhile: then
 -- it is not retried but ends cancelled, moved like the others. Which of the

@@ -30,8 +30,8 @@ BEGIN
         ORDER BY id
         FOR UPDATE
     ),
-    -- Out of the final state's table, back into jobs_unfinished (migration
-    -- V8), whose insert triggers give each job its ready-ring row and wake
+    -- Out of the final state's table, back into jobs_unfinished, whose
+    -- insert triggers give each job its ready-ring row and wake
     -- the workers of its queue.
     taken AS (
         DELETE FROM conveyor.job_rows

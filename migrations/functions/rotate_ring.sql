@@ -1,5 +1,5 @@
 -- The ready ring's upkeep (conveyor.ready, banks of 8 one-second slots;
--- migrations V3 and V16). Run by every worker's maintenance a few times a
+-- conveyor.ready_bank). Run by every worker's maintenance a few times a
 -- second (src/maintenance/rotator.rs); one process at a time does the work
 -- (a transaction-level advisory lock; the others return at once).
 --
@@ -36,7 +36,7 @@
 --    EXCLUSIVE on conveyor.ready: each is waited for at most lock_wait).
 --
 -- A call less than min_gap after the last pass began (by any process;
--- conveyor_internal.ring_pass_at_ms, migration V17) returns at once, as
+-- conveyor_internal.ring_pass_at_ms) returns at once, as
 -- does one made while another process is doing a pass: every worker
 -- process calls this a few times a second, and a fleet of them needs no
 -- more passes than one process does.
@@ -91,7 +91,7 @@ BEGIN
     -- transaction older than hold_age that holds a lock on it, if any.
     -- (pg_locks shows every database's locks, and databases made from one
     -- template share their tables' oids.) A transaction that holds a claim
-    -- turn (conveyor_internal.claim_turn_<n>, migration V19, in SHARE
+    -- turn (conveyor_internal.claim_turn_<n>, in SHARE
     -- UPDATE EXCLUSIVE mode: a pg_dump holds ACCESS SHARE on them too) is a
     -- worker's claim, which ends with its statement; it may have begun long
     -- before, waiting for its turn, and is not a holder.

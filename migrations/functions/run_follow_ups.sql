@@ -8,7 +8,7 @@
 -- keeps the outcome it had.
 --
 -- The jobs of `finished` ended in the caller's transaction, so they sit in
--- the day tables of now() (migration V8): looking only there spares a probe
+-- the day tables of now(): looking only there spares a probe
 -- of every day kept. A chord's members all finished after it was created.
 CREATE OR REPLACE FUNCTION conveyor_internal.run_follow_ups(finished uuid[]) RETURNS void
 LANGUAGE plpgsql AS $$

@@ -1,4 +1,4 @@
--- Settles the claims of some jobs (migration V12): every job in `ids` that a
+-- Settles the claims of some jobs (conveyor.claims): every job in `ids` that a
 -- claim holds while its row says pending gets that row rewritten as started
 -- (attempt, token, lease, worker and started_at from the claim), and the
 -- claim stops counting it. Afterwards each job's stored row alone says

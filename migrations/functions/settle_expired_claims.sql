@@ -1,12 +1,12 @@
--- The rescuer's first step (migration V12): up to `max_claims` claims whose
+-- The rescuer's first step: up to `max_claims` claims whose
 -- lease expired are settled (their jobs' rows rewritten as started, with the
 -- expired lease) and deleted, so that the rescue statement (rescue.sql),
 -- which reads stored rows, takes their jobs back. Claims that a heartbeat or
 -- an outcome holds at this moment are skipped (the next pass sees them).
 -- Returns the claims settled.
 --
--- Expired claims are looked for from the floor up (migration V20,
--- conveyor_internal.rescue_floor: no claim has a lease below it), so that a
+-- Expired claims are looked for from the floor up
+-- (conveyor_internal.rescue_floor: no claim has a lease below it), so that a
 -- pass walks the index entries of claims ended in the last minute or so,
 -- not those of every claim ended since a pg_dump began. After the pass the
 -- floor rises to a minute below the lowest lease left (a claim skipped

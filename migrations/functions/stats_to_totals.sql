@@ -1,11 +1,9 @@
--- Trigger function of stats_totals (migration V9): the rows a DELETE took
+-- Trigger function of stats_totals (on conveyor.stats): the rows a DELETE took
 -- from conveyor.stats in shards other than 0 (the fold moving them into
 -- shard 0, retention dropping old minutes, or a hand) are added to the
 -- all-time conveyor.stats_totals, in the same statement, one upsert per
 -- (queue, task) in that order. Shard 0 rows are in the totals already.
 -- So the totals plus the rows of shards other than 0 never go down.
--- (Reads leases_lost, added by migration V11: a statement deleting from
--- conveyor.stats runs only once every migration is applied.)
 CREATE OR REPLACE FUNCTION conveyor_internal.stats_to_totals() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
