@@ -4,6 +4,7 @@
 //! 1, 2 and 3 hosts), which includes this file.
 
 use std::process::Command;
+use std::time::Duration;
 
 /// A set of hosts (`cv<set>-1` …), removed when dropped. The script also
 /// removes it on its next `up` if this process died without dropping it.
@@ -22,16 +23,13 @@ fn script() -> String {
     format!("{}/scripts/hosts.sh", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Why hosts cannot be made here, if they cannot: namespaces need root.
-/// Installs iproute2 (`ip`) with `apt-get` when it is missing.
+/// Why hosts cannot be made here, if they cannot: namespaces need root
+/// (an effective uid of 0) and iproute2's `ip`, which this installs with
+/// `apt-get` when it is missing. Whether the kernel then lets this process
+/// make namespaces and links, only [`Hosts::up`] finds out.
 pub fn unavailable() -> Option<String> {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if !root {
-        return Some("network namespaces need root".into());
+    if !is_root() {
+        return Some("network namespaces need root (this process's effective uid is not 0)".into());
     }
     let has_ip = || Command::new("ip").arg("-V").output().is_ok();
     if !has_ip() {
@@ -45,13 +43,26 @@ pub fn unavailable() -> Option<String> {
                 .is_ok_and(|s| s.success())
         };
         let installed = apt(&["update", "-q"]) && apt(&["install", "-y", "-q", "iproute2"]);
-        assert!(
-            installed && has_ip(),
-            "network namespaces need iproute2 and it could not be installed: run \
-             `apt-get install iproute2` as root"
-        );
+        if !(installed && has_ip()) {
+            return Some(
+                "network namespaces need iproute2 (`ip`), which is missing and could not be \
+                 installed: run `apt-get install iproute2` as root"
+                    .into(),
+            );
+        }
     }
     None
+}
+
+/// Whether this process's effective uid is 0 (from `/proc/self/status`,
+/// so that it does not depend on `PATH`).
+fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        == Some("0")
 }
 
 fn run(args: &[&str]) -> Result<String, String> {
@@ -63,7 +74,7 @@ fn run(args: &[&str]) -> Result<String, String> {
     if !out.status.success() {
         return Err(format!(
             "hosts.sh {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -110,6 +121,20 @@ impl Hosts {
     /// Brings host `i`'s link back.
     pub fn heal(&self, i: usize) -> Result<(), String> {
         run(&["heal", &self.set, &(i + 1).to_string()]).map(drop)
+    }
+
+    /// Whether a TCP connection from host `i` (0-based) to `address:port`
+    /// completes within `within`: with bash's `/dev/tcp`, run in the host's
+    /// namespace.
+    pub fn reaches(&self, i: usize, address: &str, port: u16, within: Duration) -> bool {
+        self.command(i, "timeout")
+            .arg(format!("{}s", within.as_secs_f64()))
+            .args(["bash", "-c", &format!("exec 3<>/dev/tcp/{address}/{port}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     /// Sets a sysctl inside host `i` (`net.ipv4.tcp_retries2`, say: each
