@@ -176,11 +176,17 @@ pub async fn old_design(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut lines = Vec::new();
     for batch in cfg.raw_batches.clone() {
         let (mut stripped, mut as_they_were) = (Vec::new(), Vec::new());
+        let (mut stripped_done, mut as_they_were_done) = (Vec::new(), Vec::new());
         for _ in 0..cfg.runs {
-            stripped.push(run_once(db, cfg, batch, Replay::Stripped).await?);
-            as_they_were.push(run_once(db, cfg, batch, Replay::AsTheyWere).await?);
+            let (rate, done) = run_once(db, cfg, batch, Replay::Stripped).await?;
+            stripped.push(rate);
+            stripped_done.push(done);
+            let (rate, done) = run_once(db, cfg, batch, Replay::AsTheyWere).await?;
+            as_they_were.push(rate);
+            as_they_were_done.push(done);
         }
         let jobs = cfg.jobs;
+        let offered = vec![jobs as u64; cfg.runs];
         lines.push(
             Line::new(
                 "F",
@@ -190,7 +196,8 @@ pub async fn old_design(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 "jobs/s",
                 stripped,
             )
-            .with(json!({"batch": batch, "replay": "stripped"})),
+            .with(json!({"batch": batch, "replay": "stripped"}))
+            .with_work(offered.clone(), stripped_done),
         );
         lines.push(
             Line::new(
@@ -201,7 +208,8 @@ pub async fn old_design(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 "jobs/s",
                 as_they_were,
             )
-            .with(json!({"batch": batch, "replay": "as they were"})),
+            .with(json!({"batch": batch, "replay": "as they were"}))
+            .with_work(offered, as_they_were_done),
         );
     }
     sqlx::raw_sql("DROP SCHEMA bench_old CASCADE")
@@ -211,8 +219,9 @@ pub async fn old_design(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
 }
 
 /// One timed F run: `cfg.jobs` pending jobs loaded, checkpointed, then
-/// claimed and completed `batch` at a time from one connection. Jobs/s.
-async fn run_once(db: &BenchDb, cfg: &Config, batch: usize, replay: Replay) -> Result<f64> {
+/// claimed and completed `batch` at a time from one connection. Jobs/s,
+/// and the jobs that ended in `success` (counted after the clock stops).
+async fn run_once(db: &BenchDb, cfg: &Config, batch: usize, replay: Replay) -> Result<(f64, u64)> {
     sqlx::query(
         "INSERT INTO bench_old.jobs (queue, task) SELECT $1, 'noop' FROM generate_series(1, $2)",
     )
@@ -292,8 +301,12 @@ async fn run_once(db: &BenchDb, cfg: &Config, batch: usize, replay: Replay) -> R
     }
     let rate = done as f64 / secs(start);
     drop(conn);
+    let succeeded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM bench_old.jobs WHERE state = 'success'")
+            .fetch_one(&db.pool)
+            .await?;
     sqlx::raw_sql("TRUNCATE bench_old.jobs")
         .execute(&db.pool)
         .await?;
-    Ok(rate)
+    Ok((rate, succeeded as u64))
 }

@@ -146,6 +146,7 @@ async fn run(db: &BenchDb, bouncer_port: Option<u16>, cfg: &Config) -> Result<Ve
     for &fleet in &cfg.fleets {
         let pair = [fleet.single(), fleet];
         let mut rates = [Vec::new(), Vec::new()];
+        let mut succeeded = [Vec::new(), Vec::new()];
         let mut details: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
         let mut ratios = Vec::new();
         for _ in 0..cfg.runs {
@@ -160,6 +161,7 @@ async fn run(db: &BenchDb, bouncer_port: Option<u16>, cfg: &Config) -> Result<Ve
                 )
                 .await?;
                 rates[i].push(run.rate);
+                succeeded[i].push(run.succeeded);
                 details[i].push(json!({
                     "jobs_per_sec": run.rate,
                     "cpu": run.cpu,
@@ -195,7 +197,12 @@ async fn run(db: &BenchDb, bouncer_port: Option<u16>, cfg: &Config) -> Result<Ve
                 extra["percent_per_run"] = ratios.clone().into();
             }
             let variant = format!("{}, {} jobs", shape.name(), cfg.jobs);
-            lines.push(Line::new("fleet", variant, "jobs/s", rates[i].clone()).with(extra));
+            let offered = vec![cfg.jobs as u64; rates[i].len()];
+            lines.push(
+                Line::new("fleet", variant, "jobs/s", rates[i].clone())
+                    .with(extra)
+                    .with_work(offered, succeeded[i].clone()),
+            );
         }
     }
     Ok(lines)

@@ -39,11 +39,16 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let mut claim = Vec::new();
         let mut server = Vec::new();
         let mut enqueue = Vec::new();
+        let (mut claimed, mut sent, mut stored) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..cfg.runs {
             let run = process_once(db, cfg.jobs, 1, 100, None).await?;
             claim.push(run.rate);
+            claimed.push(run.succeeded);
             server.push(run.server);
-            enqueue.push(enqueue_rate(db, cfg.enqueue_secs).await?);
+            let (rate, acknowledged, found) = enqueue_rate(db, cfg.enqueue_secs).await?;
+            enqueue.push(rate);
+            sent.push(acknowledged);
+            stored.push(found);
         }
         let reads = reads(db).await?;
         let (table, indexes) = db.sizes().await?;
@@ -63,10 +68,15 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             "indexes_mib": indexes / 1_048_576,
         });
         let (c_pct, e_pct) = (100.0 * c.median / c0, 100.0 * e.median / e0);
+        let offered = vec![cfg.jobs as u64; claimed.len()];
         lines.push(
-            c.with(json!({"percent_of_level_0": c_pct, "server_per_run": server, "size": details})),
+            c.with(json!({"percent_of_level_0": c_pct, "server_per_run": server, "size": details}))
+                .with_work(offered, claimed),
         );
-        lines.push(e.with(json!({"percent_of_level_0": e_pct})));
+        lines.push(
+            e.with(json!({"percent_of_level_0": e_pct}))
+                .with_work(sent, stored),
+        );
         for (what, ms) in reads {
             lines.push(Line::new("G", at(what), "ms", ms));
         }
@@ -74,7 +84,7 @@ pub async fn scale(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let (ms, dropped) = retention_pass(db).await?;
         lines.push(
             Line::new("G", at("retention pass, oldest day"), "ms", vec![ms])
-                .with(json!({"jobs_in_the_day": dropped})),
+                .with(json!({"jobs_in_the_day": dropped, "finished_kept": kept})),
         );
         loaded -= dropped.min(loaded);
     }
@@ -132,8 +142,9 @@ async fn kept(db: &BenchDb) -> Result<i64> {
     .await?)
 }
 
-/// Jobs per second enqueued one per call by one caller for `secs`.
-async fn enqueue_rate(db: &BenchDb, secs: u64) -> Result<f64> {
+/// Jobs per second enqueued one per call by one caller for `secs`; the
+/// calls that returned Ok, and the jobs then found in the table.
+async fn enqueue_rate(db: &BenchDb, secs: u64) -> Result<(f64, u64, u64)> {
     let until = Instant::now() + Duration::from_secs(secs);
     let began = Instant::now();
     let mut n = 0u64;
@@ -144,10 +155,14 @@ async fn enqueue_rate(db: &BenchDb, secs: u64) -> Result<f64> {
         n += 1;
     }
     let rate = n as f64 / began.elapsed().as_secs_f64();
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM conveyor.job_rows WHERE queue = 'bench_enqueue'")
+            .fetch_one(&db.pool)
+            .await?;
     sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_enqueue'")
         .execute(&db.pool)
         .await?;
-    Ok(rate)
+    Ok((rate, n, stored as u64))
 }
 
 /// The dashboard's list of finished jobs (its own statement, as the page

@@ -107,6 +107,7 @@ async fn run(db: &BenchDb, hosts: &Hosts, bouncer_port: u16, cfg: &Config) -> Re
     // Round by round, every variant once, so the machine's noise falls on
     // all of them alike.
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut succeeded: Vec<Vec<u64>> = vec![Vec::new(); variants.len()];
     let mut details: Vec<Vec<Value>> = vec![Vec::new(); variants.len()];
     for _ in 0..cfg.runs {
         for (i, (_, spots)) in variants.iter().enumerate() {
@@ -120,6 +121,7 @@ async fn run(db: &BenchDb, hosts: &Hosts, bouncer_port: u16, cfg: &Config) -> Re
             )
             .await?;
             runs[i].push(run.rate);
+            succeeded[i].push(run.succeeded);
             details[i]
                 .push(json!({"jobs_per_sec": run.rate, "cpu": run.cpu, "server": run.server}));
         }
@@ -141,7 +143,12 @@ async fn run(db: &BenchDb, hosts: &Hosts, bouncer_port: u16, cfg: &Config) -> Re
             "{name} x {per_host} process(es) x concurrency {}, {} jobs",
             cfg.host_concurrency, cfg.jobs
         );
-        lines.push(Line::new("N", variant, "jobs/s", runs[i].clone()).with(extra));
+        let offered = vec![cfg.jobs as u64; runs[i].len()];
+        lines.push(
+            Line::new("N", variant, "jobs/s", runs[i].clone())
+                .with(extra)
+                .with_work(offered, succeeded[i].clone()),
+        );
     }
     lines.push(fleet(db, hosts, &pooled_url, cfg).await?);
     Ok(lines)
@@ -206,5 +213,7 @@ async fn fleet(db: &BenchDb, hosts: &Hosts, pooled_url: &str, cfg: &Config) -> R
         "within_pool": held <= i64::from(POOL),
         "cpu": run.cpu,
     });
-    Ok(Line::new("N", variant, "jobs/s", vec![run.rate]).with(extra))
+    Ok(Line::new("N", variant, "jobs/s", vec![run.rate])
+        .with(extra)
+        .with_work(vec![cfg.jobs as u64], vec![run.succeeded]))
 }

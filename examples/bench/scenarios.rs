@@ -188,6 +188,20 @@ impl Line {
         self
     }
 
+    /// Adds the work behind the figures, per run: `jobs_offered` (jobs the
+    /// run was given: enqueued by its clients, preloaded for its workers)
+    /// and `jobs_done` (of those, the jobs stored, or run to success,
+    /// counted where they ended up). The quick run's test checks that they
+    /// are equal.
+    pub fn with_work(mut self, offered: Vec<u64>, done: Vec<u64>) -> Line {
+        if !self.extra.is_object() {
+            self.extra = json!({});
+        }
+        self.extra["jobs_offered"] = offered.into();
+        self.extra["jobs_done"] = done.into();
+        self
+    }
+
     pub fn json(&self) -> Value {
         json!({
             "scenario": self.scenario,
@@ -213,6 +227,7 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     for (clients, shared) in [(1usize, true), (8, true), (8, false)] {
         let mut ours = Vec::new();
         let mut per_transaction = Vec::new();
+        let (mut offered, mut done) = (Vec::new(), Vec::new());
         let mut theirs = Vec::new();
         let mut sql_enqueue = Vec::new();
         let mut raw_row = Vec::new();
@@ -231,9 +246,11 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             own
         };
         for _ in 0..cfg.runs {
-            let (rate, jobs_per_tx) = enqueue_loop(db, &handles, cfg.enqueue_secs).await?;
-            ours.push(rate);
-            per_transaction.push(jobs_per_tx);
+            let run = enqueue_loop(db, &handles, cfg.enqueue_secs).await?;
+            ours.push(run.rate);
+            per_transaction.push(run.jobs_per_transaction);
+            offered.push(run.acknowledged);
+            done.push(run.stored);
             if !shared {
                 continue;
             }
@@ -266,7 +283,7 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             "pgbench_raw_job_row_tps": raw, "pgbench_raw_job_row_runs": raw_row,
             "percent_of_pgbench_raw_job_row": pct(raw),
         });
-        lines.push(line.with(extra));
+        lines.push(line.with(extra).with_work(offered, done));
     }
     sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_pgbench'")
         .execute(&db.pool)
@@ -274,14 +291,24 @@ pub async fn enqueue_single(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     Ok(lines)
 }
 
+/// What one A run did.
+struct EnqueueRun {
+    rate: f64,
+    /// Rows written by one transaction (they share its xmin).
+    jobs_per_transaction: f64,
+    /// `enqueue()` calls that returned Ok.
+    acknowledged: u64,
+    /// Jobs found in the table afterwards.
+    stored: u64,
+}
+
 /// One A run: each client in `clients` calls `enqueue()` in a loop for
-/// `run_secs` seconds. Returns jobs/s and jobs per transaction (rows written by
-/// one transaction share its xmin), and deletes the jobs.
+/// `run_secs` seconds. Deletes the jobs after counting them.
 async fn enqueue_loop(
     db: &BenchDb,
     clients: &[conveyor::Client],
     run_secs: u64,
-) -> Result<(f64, f64)> {
+) -> Result<EnqueueRun> {
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let until = start + Duration::from_secs(run_secs);
@@ -310,29 +337,43 @@ async fn enqueue_loop(
     sqlx::query("DELETE FROM conveyor.job_rows WHERE queue = 'bench_a'")
         .execute(&db.pool)
         .await?;
-    Ok((rate, jobs as f64 / transactions.max(1) as f64))
+    Ok(EnqueueRun {
+        rate,
+        jobs_per_transaction: jobs as f64 / transactions.max(1) as f64,
+        acknowledged: done.load(Ordering::Relaxed),
+        stored: jobs as u64,
+    })
 }
 
 /// B: bulk enqueue in batches from one connection.
 pub async fn enqueue_bulk(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut runs = Vec::new();
+    let mut stored = Vec::new();
     for _ in 0..cfg.runs {
         let start = Instant::now();
         db.preload_timed(cfg.jobs, cfg.batch).await?;
         runs.push(cfg.jobs as f64 / secs(start));
+        // Untimed: the jobs ready to claim (their ring rows).
+        stored.push(db.count_state("pending").await? as u64);
         db.clear_queue().await?;
     }
-    Ok(vec![Line::new(
-        "B",
-        format!("bulk enqueue {} jobs, batches of {}", cfg.jobs, cfg.batch),
-        "jobs/s",
-        runs,
-    )])
+    let offered = vec![cfg.jobs as u64; runs.len()];
+    Ok(vec![
+        Line::new(
+            "B",
+            format!("bulk enqueue {} jobs, batches of {}", cfg.jobs, cfg.batch),
+            "jobs/s",
+            runs,
+        )
+        .with_work(offered, stored),
+    ])
 }
 
 /// One timed processing run.
 pub struct ProcessRun {
     pub rate: f64,
+    /// The run's jobs that succeeded (all of them, or it is an error).
+    pub succeeded: u64,
     /// Peak RSS of the first worker process, bytes.
     pub rss: u64,
     /// Server counters per job during the run ([`crate::support::Counters`]).
@@ -452,6 +493,7 @@ pub async fn process_on(
     db.clear_queue().await?;
     Ok(ProcessRun {
         rate,
+        succeeded: done as u64,
         rss,
         server,
         cpu,
@@ -473,12 +515,14 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     groups.push(vec![(2, 100, None)]);
     for group in groups {
         let mut runs = vec![Vec::new(); group.len()];
+        let mut succeeded = vec![Vec::new(); group.len()];
         let mut rss = vec![Vec::new(); group.len()];
         let mut server_cpu = vec![Vec::new(); group.len()];
         for _ in 0..cfg.runs {
             for (i, (processes, concurrency, ahead)) in group.iter().enumerate() {
                 let run = process_once(db, cfg.jobs, *processes, *concurrency, *ahead).await?;
                 runs[i].push(run.rate);
+                succeeded[i].push(run.succeeded);
                 rss[i].push(run.rss as f64 / 1_048_576.0);
                 if let Some(pct) = run.cpu["server_cpu_pct_of_core"].as_f64() {
                     server_cpu[i].push(pct);
@@ -495,11 +539,14 @@ pub async fn process(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                 "{processes} process(es) x concurrency {concurrency}{mode}, {} jobs",
                 cfg.jobs
             );
+            let offered = vec![cfg.jobs as u64; runs[i].len()];
             lines.push(
-                Line::new("C", variant, "jobs/s", runs[i].clone()).with(json!({
-                    "peak_rss_mib": median(&rss[i]),
-                    "server_cpu_pct_of_core": median(&server_cpu[i]),
-                })),
+                Line::new("C", variant, "jobs/s", runs[i].clone())
+                    .with(json!({
+                        "peak_rss_mib": median(&rss[i]),
+                        "server_cpu_pct_of_core": median(&server_cpu[i]),
+                    }))
+                    .with_work(offered, succeeded[i].clone()),
             );
         }
     }
@@ -511,6 +558,7 @@ pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut p50s = Vec::new();
     let mut p99s = Vec::new();
     let mut maxes = Vec::new();
+    let mut started = Vec::new();
     for _ in 0..cfg.runs {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(conveyor::JobId, Instant)>();
         let worker = conveyor::Worker::builder(&db.client)
@@ -541,6 +589,7 @@ pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             latencies.push(started.saturating_duration_since(*at).as_secs_f64() * 1000.0);
         }
         worker.shutdown(Duration::from_secs(5)).await?;
+        started.push(latencies.len() as u64);
         latencies.sort_by(|a, b| a.total_cmp(b));
         p50s.push(percentile(&latencies, 50.0));
         p99s.push(percentile(&latencies, 99.0));
@@ -550,15 +599,22 @@ pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         .execute(&db.pool)
         .await?;
     let v = format!("{} jobs at 50/s, commit -> handler start", cfg.latency_jobs);
+    // Offered: enqueued; done: seen starting by the handler.
+    let offered = vec![cfg.latency_jobs as u64; started.len()];
+    let line = |what: &str, runs: Vec<f64>| {
+        Line::new("D", format!("{v}, {what}"), "ms", runs)
+            .with_work(offered.clone(), started.clone())
+    };
     Ok(vec![
-        Line::new("D", format!("{v}, p50"), "ms", p50s),
-        Line::new("D", format!("{v}, p99"), "ms", p99s),
-        Line::new("D", format!("{v}, max"), "ms", maxes),
+        line("p50", p50s),
+        line("p99", p99s),
+        line("max", maxes),
     ])
 }
 
 /// Enqueues at `rate` jobs/s (batches every 100 ms) from `producers` tasks
 /// until `until`, or as fast as possible when `rate` is 0 (batches of 50).
+/// Counts the jobs enqueued in `enqueued`.
 pub fn spawn_producers(
     db: &BenchDb,
     producers: usize,
@@ -599,6 +655,7 @@ pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let mut processed = Vec::new();
     let mut enqueued_rates = Vec::new();
     let mut depths = Vec::new();
+    let (mut enqueued_counts, mut finished_counts) = (Vec::new(), Vec::new());
     for _ in 0..cfg.runs {
         let child = WorkerChild::start(&db.url, 500, None)?;
         db.wait_listeners(1).await?;
@@ -617,8 +674,11 @@ pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             r??;
         }
         let elapsed = secs(start);
-        processed.push(counter.seen() as f64 / elapsed);
-        enqueued_rates.push(enqueued.load(Ordering::Relaxed) as f64 / elapsed);
+        let (seen, sent) = (counter.seen(), enqueued.load(Ordering::Relaxed));
+        processed.push(seen as f64 / elapsed);
+        enqueued_rates.push(sent as f64 / elapsed);
+        finished_counts.push(seen);
+        enqueued_counts.push(sent);
         depths.push(samples);
         child.stop()?;
         db.clear_queue().await?;
@@ -632,9 +692,14 @@ pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         "jobs/s",
         processed,
     );
-    Ok(vec![line.with(
-        json!({"enqueued_per_sec": enqueued_rates, "pending_depth_samples": depths}),
-    )])
+    // Jobs enqueued by the producers, and finished (announced) within the
+    // run: a backlog may be left, so not all of them.
+    Ok(vec![line.with(json!({
+        "enqueued_per_sec": enqueued_rates,
+        "pending_depth_samples": depths,
+        "jobs_enqueued": enqueued_counts,
+        "jobs_finished": finished_counts,
+    }))])
 }
 
 /// H: a steady enqueue rate for a long time with pruning on; table and index
@@ -679,6 +744,7 @@ pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     while let Some(r) = producers.join_next().await {
         r??;
     }
+    let (finished, sent) = (counter.seen(), enqueued.load(Ordering::Relaxed));
     child.stop()?;
     let rate_at = |i: usize| {
         samples
@@ -714,6 +780,8 @@ pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         "size_mib_at_end": size_at(n.saturating_sub(1)),
         "vacuum_by_bench_each_sample": vacuum,
         "samples": samples,
+        "jobs_enqueued": [sent],
+        "jobs_finished": [finished],
     }))])
 }
 

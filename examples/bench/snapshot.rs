@@ -6,7 +6,7 @@
 //! sample), waiting jobs, dead tuples and size.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -169,6 +169,9 @@ struct Sample {
     ring_reads_per_claim: f64,
     /// Tuples read in `conveyor.claims` (index and sequential) per claim.
     claims_reads_per_claim: f64,
+    /// Jobs enqueued, and jobs finished (announced), since the last sample.
+    enqueued: u64,
+    finished: u64,
 }
 
 /// Cumulative counters behind the per-claim figures of a [`Sample`].
@@ -263,10 +266,12 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let start = Instant::now();
     let until = start + Duration::from_secs(total);
     let rate = cfg.snapshot_rate;
-    let mut producers = spawn_producers(db, 2, rate, until, Arc::new(AtomicU64::new(0)));
+    let enqueued = Arc::new(AtomicU64::new(0));
+    let mut producers = spawn_producers(db, 2, rate, until, enqueued.clone());
     let mut holder: Option<Holding> = None;
     let mut samples: Vec<Sample> = Vec::new();
     let mut last_seen = 0;
+    let mut last_enqueued = 0;
     let mut last_at = chrono::Utc::now();
     let mut next = start;
     let period = Duration::from_secs(cfg.snapshot_sample_secs);
@@ -304,6 +309,7 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let now = chrono::Utc::now();
         let (p50, p99) = pickup(db, last_at).await?;
         let seen = counter.seen();
+        let sent = enqueued.load(Ordering::Relaxed);
         let (table, indexes) = db.sizes().await?;
         let dead: i64 =
             // Summed over the leaves: the stored jobs are partitioned
@@ -336,6 +342,8 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             size_mib: (table + indexes) as f64 / 1_048_576.0,
             ring_reads_per_claim,
             claims_reads_per_claim,
+            enqueued: sent - last_enqueued,
+            finished: seen - last_seen,
         };
         eprintln!(
             "S: {:>5.0} {:<6} {:>8.0} {:>9.1} {:>8.1} {:>7} {:>9} {:>7.1} {:>8.1} {:>8.1}",
@@ -351,7 +359,7 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             sample.claims_reads_per_claim
         );
         samples.push(sample);
-        (last_seen, last_at) = (seen, now);
+        (last_seen, last_enqueued, last_at) = (seen, sent, now);
     }
     if let Some(held) = holder.take() {
         held.release().await?;
@@ -359,6 +367,7 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     while let Some(r) = producers.join_next().await {
         r??;
     }
+    let sent = enqueued.load(Ordering::Relaxed);
     child.stop()?;
     db.clear_queue().await?;
     let mut lines = Vec::new();
@@ -398,6 +407,9 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             "dead_tuples_at_end": last.dead_tuples,
             "size_mib_at_end": last.size_mib,
             "vacuum_by_bench_each_sample": vacuum,
+            // Over the phase's samples.
+            "jobs_enqueued": of.iter().map(|s| s.enqueued).sum::<u64>(),
+            "jobs_finished": of.iter().map(|s| s.finished).sum::<u64>(),
         })));
     }
     if let Some(line) = lines.last_mut()
@@ -407,6 +419,10 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             "samples".into(),
             samples.iter().map(Sample::json).collect::<Vec<_>>().into(),
         );
+        // The whole run: every job enqueued, and those finished by the
+        // last sample.
+        extra.insert("run_jobs_enqueued".into(), sent.into());
+        extra.insert("run_jobs_finished".into(), last_seen.into());
     }
     Ok(lines)
 }

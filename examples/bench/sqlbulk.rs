@@ -55,14 +55,14 @@ CREATE TRIGGER bench_rows_enqueue AFTER INSERT ON bench_rows
 ";
 
 /// One way in: its name and the statement that enqueues `$1` jobs.
-struct Path {
+pub struct Path {
     name: &'static str,
     sql: &'static str,
     /// Whether it is one of the slow per-row ways (measured at the smaller sizes).
-    per_row: bool,
+    pub per_row: bool,
 }
 
-const PATHS: [Path; 5] = [
+pub const PATHS: [Path; 5] = [
     Path {
         name: "enqueue_many(jsonb_agg(...))",
         sql: "SELECT count(*) FROM conveyor.enqueue_many((
@@ -107,9 +107,10 @@ async fn clear(db: &BenchDb) -> Result<()> {
     Ok(())
 }
 
-/// Runs one statement of `path` for `n` jobs; returns its seconds, after
-/// checking that it stored `n` pending jobs, each with its ring row.
-async fn once(db: &BenchDb, path: &Path, n: usize) -> Result<f64> {
+/// Runs one statement of `path` for `n` jobs; returns its seconds and the
+/// jobs it stored, after checking that it stored `n` pending jobs, each
+/// with its ring row.
+async fn once(db: &BenchDb, path: &Path, n: usize) -> Result<(f64, u64)> {
     let start = Instant::now();
     sqlx::query(sqlx::AssertSqlSafe(path.sql))
         .bind(n as i32)
@@ -128,7 +129,7 @@ async fn once(db: &BenchDb, path: &Path, n: usize) -> Result<f64> {
         return Err(format!("{}: {n} asked, {jobs} jobs and {ring} ring rows", path.name).into());
     }
     clear(db).await?;
-    Ok(elapsed)
+    Ok((elapsed, jobs as u64))
 }
 
 /// sqlbulk: each path at each of its sizes, `cfg.runs` runs; sizes of one
@@ -145,12 +146,16 @@ pub async fn sql_bulk(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
             &cfg.sqlbulk_sizes
         };
         let mut times = vec![Vec::new(); sizes.len()];
+        let mut stored = vec![Vec::new(); sizes.len()];
         for _ in 0..cfg.runs {
             for (i, n) in sizes.iter().enumerate() {
-                times[i].push(once(db, path, *n).await?);
+                let (elapsed, jobs) = once(db, path, *n).await?;
+                times[i].push(elapsed);
+                stored[i].push(jobs);
             }
         }
-        for (n, runs) in sizes.iter().zip(times) {
+        for ((n, runs), stored) in sizes.iter().zip(times).zip(stored) {
+            let offered = vec![*n as u64; runs.len()];
             let rates: Vec<f64> = runs.iter().map(|s| *n as f64 / s).collect();
             let us: Vec<f64> = runs.iter().map(|s| s * 1e6 / *n as f64).collect();
             lines.push(
@@ -160,7 +165,8 @@ pub async fn sql_bulk(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
                     "jobs/s",
                     rates,
                 )
-                .with(json!({ "us_per_row": median(&us), "us_per_row_runs": us })),
+                .with(json!({ "us_per_row": median(&us), "us_per_row_runs": us }))
+                .with_work(offered, stored),
             );
         }
     }
