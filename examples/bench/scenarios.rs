@@ -612,19 +612,43 @@ pub async fn wake_latency(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     ])
 }
 
+/// When producers stop: at a time, or when told to ([`Deadline::stop`]).
+#[derive(Clone)]
+pub struct Deadline(Arc<std::sync::Mutex<Option<Instant>>>);
+
+impl Deadline {
+    pub fn at(when: Instant) -> Deadline {
+        Deadline(Arc::new(std::sync::Mutex::new(Some(when))))
+    }
+
+    /// Not until [`Deadline::stop`].
+    pub fn when_told() -> Deadline {
+        Deadline(Arc::new(std::sync::Mutex::new(None)))
+    }
+
+    pub fn stop(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    fn passed(&self) -> bool {
+        let when = *self.0.lock().unwrap_or_else(|p| p.into_inner());
+        when.is_some_and(|when| Instant::now() >= when)
+    }
+}
+
 /// Enqueues at `rate` jobs/s (batches every 100 ms) from `producers` tasks
-/// until `until`, or as fast as possible when `rate` is 0 (batches of 50).
+/// until `until` passes, or as fast as possible when `rate` is 0 (batches of 50).
 /// Counts the jobs enqueued in `enqueued`.
 pub fn spawn_producers(
     db: &BenchDb,
     producers: usize,
     rate: u64,
-    until: Instant,
+    until: Deadline,
     enqueued: Arc<AtomicU64>,
 ) -> tokio::task::JoinSet<Result<()>> {
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..producers {
-        let (client, enqueued) = (db.client.clone(), enqueued.clone());
+        let (client, enqueued, until) = (db.client.clone(), enqueued.clone(), until.clone());
         tasks.spawn(async move {
             let per_batch = if rate == 0 {
                 50
@@ -633,7 +657,7 @@ pub fn spawn_producers(
             };
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            while Instant::now() < until {
+            while !until.passed() {
                 if rate > 0 {
                     tick.tick().await;
                 }
@@ -663,7 +687,7 @@ pub async fn mixed(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         let enqueued = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let until = start + Duration::from_secs(cfg.mixed_secs);
-        let mut producers = spawn_producers(db, 4, 0, until, enqueued.clone());
+        let mut producers = spawn_producers(db, 4, 0, Deadline::at(until), enqueued.clone());
         let mut samples = Vec::new();
         let step = Duration::from_secs((cfg.mixed_secs / 6).max(1));
         while Instant::now() < until {
@@ -715,7 +739,8 @@ pub async fn soak(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     let enqueued = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let until = start + Duration::from_secs(cfg.soak_secs);
-    let mut producers = spawn_producers(db, 2, cfg.soak_rate, until, enqueued.clone());
+    let mut producers =
+        spawn_producers(db, 2, cfg.soak_rate, Deadline::at(until), enqueued.clone());
     let mut samples = Vec::new();
     let mut last = 0;
     let mut next = start;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 
-use crate::scenarios::{Config, Line, spawn_producers};
+use crate::scenarios::{Config, Deadline, Line, spawn_producers};
 use crate::support::{BenchDb, FinishedCounter, QUEUE, Result, WorkerChild, median, secs};
 
 /// What the session that holds the snapshot does before it sits idle.
@@ -264,10 +264,20 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     ];
     let total: u64 = phases.iter().map(|(_, s)| s).sum();
     let start = Instant::now();
-    let until = start + Duration::from_secs(total);
+    let mut until = start + Duration::from_secs(total);
+    // How far the samples fell behind their schedule, by more than a
+    // period at a time (a pg_dump waiting for its locks, or the server
+    // stalled when it lets go: seconds): the phases after it, and the end,
+    // are pushed back by as much, so that each phase still gets its
+    // samples with jobs offered. (A quick run's phases are shorter than
+    // such a wait; it used to end without an "after" phase.) A stall still
+    // shows: a sample's rate is over the time since the last one. The
+    // producers run until the last sample.
+    let mut behind = Duration::ZERO;
     let rate = cfg.snapshot_rate;
     let enqueued = Arc::new(AtomicU64::new(0));
-    let mut producers = spawn_producers(db, 2, rate, until, enqueued.clone());
+    let stop = Deadline::when_told();
+    let mut producers = spawn_producers(db, 2, rate, stop.clone(), enqueued.clone());
     let mut holder: Option<Holding> = None;
     let mut samples: Vec<Sample> = Vec::new();
     let mut last_seen = 0;
@@ -283,7 +293,7 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
     while Instant::now() + period / 2 < until {
         next += period;
         tokio::time::sleep_until(next.into()).await;
-        let elapsed = next.duration_since(start).as_secs();
+        let elapsed = next.duration_since(start + behind).as_secs();
         let phase = if elapsed <= phases[0].1 {
             "steady"
         } else if elapsed <= phases[0].1 + phases[1].1 {
@@ -360,10 +370,17 @@ pub async fn held_snapshot(db: &BenchDb, cfg: &Config) -> Result<Vec<Line>> {
         );
         samples.push(sample);
         (last_seen, last_enqueued, last_at) = (seen, sent, now);
+        let late = Instant::now().saturating_duration_since(next);
+        if late > period {
+            behind += late;
+            next += late;
+            until += late;
+        }
     }
     if let Some(held) = holder.take() {
         held.release().await?;
     }
+    stop.stop();
     while let Some(r) = producers.join_next().await {
         r??;
     }
