@@ -19,6 +19,7 @@ use crate::db::{self, OutcomeRow};
 use crate::error::Error;
 use crate::job::JobState;
 use crate::worker::health::{Health, WorkerTask};
+use crate::worker::service::{Service, Stop};
 
 /// Outcomes per statement.
 pub(crate) const MAX_BATCH: usize = 1_000;
@@ -57,7 +58,7 @@ pub(crate) struct Completer {
     client: Client,
     outcomes: Arc<tokio::sync::Mutex<UnboundedReceiver<OutcomeRow>>>,
     in_flight: Arc<Mutex<Option<Arc<Vec<OutcomeRow>>>>>,
-    pub(crate) unrecorded: Unrecorded,
+    unrecorded: Unrecorded,
     give_up_after: Duration,
     health: Arc<Health>,
 }
@@ -88,8 +89,22 @@ impl Completer {
         (completer, outbox)
     }
 
+    /// The claims whose outcome is handed over but not yet written.
+    pub(crate) fn unrecorded(&self) -> Unrecorded {
+        self.unrecorded.clone()
+    }
+
+    /// The completer service. Stopped after the producer, and awaited: it
+    /// needs no signal, and ends once every outbox is gone (the producer and
+    /// its executors have stopped) and every outcome is written.
+    pub(crate) fn service(self) -> Service {
+        Service::new(WorkerTask::Completer, Stop::Await, self, |completer, _| {
+            completer.run()
+        })
+    }
+
     /// Runs until every sender is dropped and every outcome is written.
-    pub(crate) async fn run(self) {
+    async fn run(self) {
         let mut outcomes = self.outcomes.lock().await;
         let mut announced = None;
         loop {

@@ -14,21 +14,34 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::client::Client;
 use crate::db;
 use crate::worker::completer::Unrecorded;
-use crate::worker::health::{Health, WorkerTask};
-use crate::worker::lease::{Lease, RunningJobs, snapshot};
+use crate::worker::health::WorkerTask;
+use crate::worker::lease::{Lease, snapshot};
+use crate::worker::service::{Service, Shared, Stop};
 
-pub(crate) async fn run(
-    client: Client,
-    lease: Duration,
-    running: RunningJobs,
-    unrecorded: Unrecorded,
-    health: Arc<Health>,
-) {
+/// The heartbeat service: renews the leases of the jobs running or held
+/// ahead, and of those whose outcome is `unrecorded` yet (aborted at
+/// shutdown, once the completer has written what was left).
+pub(crate) fn service(shared: &Shared, unrecorded: Unrecorded) -> Service {
+    let context = (shared.clone(), unrecorded);
+    Service::new(
+        WorkerTask::Heartbeat,
+        Stop::Abort,
+        context,
+        |(shared, unrecorded), _| run(shared, unrecorded),
+    )
+}
+
+async fn run(shared: Shared, unrecorded: Unrecorded) {
+    let Shared {
+        client,
+        lease,
+        running,
+        health,
+        ..
+    } = shared;
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;

@@ -1,30 +1,28 @@
-//! Starting a worker: checks the settings, opens the worker's own pool, and
-//! starts every background task under a supervisor that restarts it if it
-//! panics.
+//! Starting a worker: checks the settings, opens the worker's own pool,
+//! builds what its services share, lists the services and starts each under
+//! a supervisor that restarts it if it panics (see [`super::service`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::Deserialize;
+use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::db;
 use crate::error::{Error, Result};
 use crate::failover::{Connector, OwnPool};
-use crate::notify::{ListenEvent, spawn_listener};
-use crate::supervise::{AbortOnDrop, Checkpoint, supervise};
-use crate::worker::ahead::{HoldLimit, Pace};
+use crate::worker::ahead::HoldLimit;
 use crate::worker::completer::Completer;
-use crate::worker::health::{Health, WorkerTask};
-use crate::worker::lease::{RunningJobs, cancel_running};
-use crate::worker::plan::QueuePlan;
-use crate::worker::registry::{Registry, beat_interval};
+use crate::worker::health::Health;
+use crate::worker::lease::RunningJobs;
+use crate::worker::producer::{self, Unfinished};
+use crate::worker::service::{Hints, RunningService, Service, Shared};
 use crate::worker::{
     BOOKKEEPING_CONNECTIONS, ShutdownReport, WorkerBuilder, WorkerHandle, default_worker_id,
-    executor, heartbeat, lost, producer,
+    heartbeat, listener, lost, registry, upkeep,
 };
 
 impl WorkerBuilder {
@@ -90,298 +88,137 @@ impl WorkerBuilder {
     /// while it leads periodic schedules.
     pub fn start(mut self) -> Result<WorkerHandle> {
         self.check()?;
-        let (pool, own_pool) = match self.bookkeeping_pool.take() {
+        let (pool, own_pool) = self.pool();
+        // The worker's statements go through a client of its own, on its own
+        // pool, following the same primary (and pooler) as the user's client.
+        let client = Client::builder(pool).like(&self.client).build()?;
+        let shared = self.shared(client);
+        let (completer, outbox) =
+            Completer::new(shared.client.clone(), self.lease, shared.health.clone());
+        let every = self.rescue_interval.unwrap_or(self.lease / 2);
+        // Started in this order, stopped in the reverse order (see `Stop`):
+        // the lost-lease recorder after the completer, whose lost outcomes
+        // it writes, and the heartbeat after both, renewing the leases of
+        // outcomes not yet written.
+        let mut services = vec![
+            heartbeat::service(&shared, completer.unrecorded()),
+            listener::service(&shared),
+            registry::service(&shared),
+            upkeep::rescuer(&shared, every),
+            upkeep::rotator(&shared),
+            upkeep::pruner(&shared, self.retention, self.prune_interval),
+        ];
+        services.extend(upkeep::periodic(&shared, self.periodic));
+        services.extend([lost::service(&shared), completer.service()]);
+        let hold_limit = HoldLimit::new(self.give_back_held_after, self.hold_ahead_at_least);
+        let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
+        let settings = producer::Settings {
+            handlers: self.handlers,
+            weights: self.weights,
+            max_claim: self.max_claim,
+            claim_ahead: self.claim_ahead,
+            safety_interval: self.safety_interval,
+            default_timeout: self.default_timeout,
+            cancel_grace: self.cancel_grace,
+            hold_limit: hold_limit.clone(),
+        };
+        // Started last, stopped first.
+        let producer = producer::service(&shared, settings, outbox, grace_rx);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let task = spawn_services(&shared, services, producer, shutdown_rx, own_pool);
+        tracing::info!(worker_id = %shared.worker_id, "conveyor: worker started");
+        Ok(WorkerHandle {
+            worker_id: shared.worker_id,
+            shutdown: shutdown_tx,
+            grace: grace_tx,
+            health: shared.health,
+            task: Some(task),
+            hold_limit,
+            wake: shared.hints.wake,
+        })
+    }
+
+    /// The bookkeeping pool: the one given, or one of the worker's own
+    /// (then returned too, to be closed at shutdown).
+    fn pool(&mut self) -> (PgPool, Option<OwnPool>) {
+        match self.bookkeeping_pool.take() {
             Some(pool) => (pool, None),
             None => {
                 let own = bookkeeping_pool(&self.client.connector());
                 (own.pool.clone(), Some(own))
             }
-        };
-        // The worker's statements go through a client of its own, on its own
-        // pool, following the same primary (and pooler) as the user's client.
-        let client = Client::builder(pool.clone()).like(&self.client).build()?;
-        let worker_id: Arc<str> = self
-            .worker_id
-            .take()
-            .unwrap_or_else(default_worker_id)
-            .into();
-        #[cfg(feature = "metrics")]
-        let health = Arc::new(Health::new(self.metrics.clone()));
-        #[cfg(not(feature = "metrics"))]
-        let health = Arc::new(Health::new());
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (grace_tx, grace_rx) = watch::channel(Duration::ZERO);
-        let wake = Arc::new(Notify::new());
-        let hold_limit = HoldLimit::new(self.give_back_held_after, self.hold_ahead_at_least);
-        let promote = Arc::new(AtomicBool::new(true));
-        let refresh_queues = Arc::new(AtomicBool::new(true));
-        let running = RunningJobs::default();
-        let (completer, outbox) = Completer::new(client.clone(), self.lease, health.clone());
-        let unrecorded = completer.unrecorded.clone();
-
-        let restarted = |task: WorkerTask| {
-            let health = health.clone();
-            move |message: &str| health.restarted(task, message)
-        };
-        let checkpoint = |task: WorkerTask| -> Checkpoint {
-            let health = health.clone();
-            Arc::new(move || health.checkpoint(task))
-        };
-        let listener = {
-            let queues = self.queues.clone();
-            let (wake, promote, running) = (wake.clone(), promote.clone(), running.clone());
-            let refresh = refresh_queues.clone();
-            let health = health.clone();
-            let q = client.inner.queries;
-            let channels = vec![
-                q.job_ready_channel,
-                q.job_cancel_channel,
-                q.queue_changed_channel,
-                q.ring_channel,
-            ];
-            let on_event = move |event: ListenEvent<'_>| {
-                health.checkpoint(WorkerTask::Listener);
-                match event {
-                    ListenEvent::Notification { channel, payload }
-                        if channel == q.job_cancel_channel =>
-                    {
-                        if let Ok(id) = payload.parse() {
-                            health.cancels_received(cancel_running(&running, id));
-                        }
-                    }
-                    ListenEvent::Notification { channel, .. }
-                        if channel == q.queue_changed_channel =>
-                    {
-                        refresh.store(true, Ordering::Relaxed);
-                        wake.notify_one();
-                    }
-                    // The ready ring moved to another bank: claim from it
-                    // now (the rows of the old one were carried there).
-                    ListenEvent::Notification { channel, payload } if channel == q.ring_channel => {
-                        match payload.parse::<usize>() {
-                            Ok(bank) if bank < db::READY_BANKS => {
-                                health.set_ring_bank(bank);
-                                wake.notify_one();
-                            }
-                            _ => tracing::debug!(payload, "conveyor: ignoring a ring payload"),
-                        }
-                    }
-                    event => {
-                        if matches!(event, ListenEvent::Gap) {
-                            refresh.store(true, Ordering::Relaxed);
-                        }
-                        on_job_ready(event, &queues, &wake, &promote)
-                    }
-                }
-            };
-            spawn_listener(
-                &client.connector(),
-                channels,
-                None,
-                on_event,
-                restarted(WorkerTask::Listener),
-            )
-            .0
-        };
-        let heartbeat = {
-            let (client, lease, running) = (client.clone(), self.lease, running.clone());
-            let (unrecorded, health) = (unrecorded.clone(), health.clone());
-            tokio::spawn(supervise(
-                "heartbeat",
-                move || {
-                    heartbeat::run(
-                        client.clone(),
-                        lease,
-                        running.clone(),
-                        unrecorded.clone(),
-                        health.clone(),
-                    )
-                },
-                restarted(WorkerTask::Heartbeat),
-            ))
-        };
-        let registry = {
-            let registry = Registry {
-                client: client.clone(),
-                id: worker_id.clone(),
-                queues: self.queues.clone(),
-                concurrency: self.concurrency,
-                beat: beat_interval(self.lease),
-                running: running.clone(),
-                health: health.clone(),
-            };
-            tokio::spawn(supervise(
-                "registry",
-                move || registry.clone().run(),
-                restarted(WorkerTask::Registry),
-            ))
-        };
-        let rescuer = {
-            let client = client.clone();
-            let every = self.rescue_interval.unwrap_or(self.lease / 2);
-            let checkpoint = checkpoint(WorkerTask::Rescuer);
-            tokio::spawn(supervise(
-                "rescuer",
-                move || crate::maintenance::rescuer::run(client.clone(), every, checkpoint.clone()),
-                restarted(WorkerTask::Rescuer),
-            ))
-        };
-        let rotator = {
-            let client = client.clone();
-            let health: Arc<dyn crate::maintenance::rotator::RingWatch> = health.clone();
-            let checkpoint = checkpoint(WorkerTask::Rotator);
-            tokio::spawn(supervise(
-                "rotator",
-                move || {
-                    crate::maintenance::rotator::run(
-                        client.clone(),
-                        health.clone(),
-                        checkpoint.clone(),
-                    )
-                },
-                restarted(WorkerTask::Rotator),
-            ))
-        };
-        let pruner = {
-            let (client, retention) = (client.clone(), self.retention.clone());
-            let every = self.prune_interval;
-            let checkpoint = checkpoint(WorkerTask::Pruner);
-            tokio::spawn(supervise(
-                "pruner",
-                move || {
-                    crate::maintenance::pruner::run(
-                        client.clone(),
-                        retention.clone(),
-                        every,
-                        checkpoint.clone(),
-                    )
-                },
-                restarted(WorkerTask::Pruner),
-            ))
-        };
-        let periodic = (!self.periodic.is_empty()).then(|| {
-            let client = client.clone();
-            let schedules = Arc::new(std::mem::take(&mut self.periodic));
-            let checkpoint = checkpoint(WorkerTask::Periodic);
-            tokio::spawn(supervise(
-                "periodic",
-                move || {
-                    crate::maintenance::periodic::run(
-                        client.clone(),
-                        schedules.clone(),
-                        checkpoint.clone(),
-                    )
-                },
-                restarted(WorkerTask::Periodic),
-            ))
-        });
-        // Stopped after the completer, whose lost outcomes it writes.
-        let (lost_stop, lost_stopped) = tokio::sync::watch::channel(false);
-        let lost_recorder = {
-            let (client, health) = (client.clone(), health.clone());
-            let checkpoint = checkpoint(WorkerTask::LostLeases);
-            tokio::spawn(supervise(
-                "lost_leases",
-                move || {
-                    lost::run(
-                        client.clone(),
-                        health.clone(),
-                        lost_stopped.clone(),
-                        checkpoint.clone(),
-                    )
-                },
-                restarted(WorkerTask::LostLeases),
-            ))
-        };
-        let completer = tokio::spawn(supervise(
-            "completer",
-            move || completer.clone().run(),
-            restarted(WorkerTask::Completer),
-        ));
-        let mut task_names: Vec<String> = self.handlers.keys().cloned().collect();
-        task_names.sort();
-        let producer = producer::Producer {
-            client: client.clone(),
-            worker_id: worker_id.clone(),
-            queues: self.queues,
-            handlers: Arc::new(self.handlers),
-            task_names: task_names.into(),
-            concurrency: self.concurrency,
-            max_claim: self.max_claim,
-            lease: self.lease,
-            safety_interval: self.safety_interval,
-            limits: executor::Limits {
-                worker_id: worker_id.clone(),
-                default_timeout: self.default_timeout,
-                cancel_grace: self.cancel_grace,
-                health: health.clone(),
-            },
-            wake: wake.clone(),
-            promote,
-            refresh_queues,
-            limited: Vec::new(),
-            plan: QueuePlan::new(self.weights),
-            claim_ahead: self.claim_ahead,
-            hold_limit: hold_limit.clone(),
-            pace: Pace::new(tokio::time::Instant::now(), self.concurrency),
-            started_at: Default::default(),
-            running,
-            outcomes: outbox,
-            shutdown: shutdown_rx,
-            grace: grace_rx,
-            tasks: Arc::default(),
-        };
-        let id = worker_id.clone();
-        let on_producer_panic = restarted(WorkerTask::Producer);
-        let main_health = health.clone();
-        let task = tokio::spawn(async move {
-            // Aborting this task (dropping the handle) aborts the helpers too.
-            let mut helpers = vec![
-                AbortOnDrop(heartbeat),
-                AbortOnDrop(rescuer),
-                AbortOnDrop(rotator),
-                AbortOnDrop(pruner),
-                AbortOnDrop(listener),
-                AbortOnDrop(registry),
-            ];
-            helpers.extend(periodic.map(AbortOnDrop));
-            let completer = AbortOnDrop(completer);
-            let mut lost_recorder = AbortOnDrop(lost_recorder);
-            let unfinished = supervise(
-                "producer",
-                move || producer.clone().run(),
-                on_producer_panic,
-            )
-            .await;
-            // Every executor is done and every outbox is gone: the completer
-            // ends once it has written what is left.
-            let _ = (&mut { completer }.0).await;
-            // Then the leases lost are written (what is left, one try).
-            let _ = lost_stop.send(true);
-            let _ = (&mut lost_recorder.0).await;
-            drop(helpers);
-            let report = release(&client, &unfinished, &id).await;
-            let inner = &client.inner;
-            if let Err(error) = db::deregister_worker(&inner.pool, inner.queries, &id).await {
-                tracing::warn!(%error, "conveyor: cannot leave the worker registry; maintenance will mark this worker dead");
-            }
-            if let Some(own) = own_pool {
-                own.pool.close().await;
-            }
-            main_health.stopped();
-            report
-        });
-        tracing::info!(worker_id = %worker_id, "conveyor: worker started");
-        Ok(WorkerHandle {
-            worker_id,
-            shutdown: shutdown_tx,
-            grace: grace_tx,
-            health,
-            task: Some(task),
-            hold_limit,
-            wake,
-        })
+        }
     }
+
+    /// What the services share, around the worker's own `client`.
+    fn shared(&mut self, client: Client) -> Shared {
+        #[cfg(feature = "metrics")]
+        let health = Health::new(self.metrics.clone());
+        #[cfg(not(feature = "metrics"))]
+        let health = Health::new();
+        Shared {
+            client,
+            worker_id: self
+                .worker_id
+                .take()
+                .unwrap_or_else(default_worker_id)
+                .into(),
+            queues: self.queues.clone(),
+            concurrency: self.concurrency,
+            lease: self.lease,
+            health: Arc::new(health),
+            running: RunningJobs::default(),
+            hints: Hints::new(),
+        }
+    }
+}
+
+/// Starts each service under its supervisor, in order, then the producer,
+/// and returns the worker's own task. That task waits for the handle's
+/// `shutdown`, then stops the producer (which drains its jobs), then the
+/// services in the reverse order of their start, then settles what the
+/// producer left: see [`settle`]. Aborting the task (dropping the handle)
+/// aborts every service.
+fn spawn_services(
+    shared: &Shared,
+    services: Vec<Service>,
+    producer: Service<Unfinished>,
+    mut shutdown: watch::Receiver<bool>,
+    own_pool: Option<OwnPool>,
+) -> JoinHandle<ShutdownReport> {
+    let health = &shared.health;
+    let mut services: Vec<RunningService> = services.into_iter().map(|s| s.spawn(health)).collect();
+    let producer = producer.spawn(health);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        // (An error: the handle is gone, and this task is being aborted.)
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        let unfinished = producer.stop().await.unwrap_or_default();
+        while let Some(service) = services.pop() {
+            service.stop().await;
+        }
+        settle(&shared, &unfinished, own_pool).await
+    })
+}
+
+/// After the services have stopped: gives back the jobs the producer left,
+/// leaves the worker registry, closes the worker's own pool, and reports.
+async fn settle(
+    shared: &Shared,
+    unfinished: &Unfinished,
+    own_pool: Option<OwnPool>,
+) -> ShutdownReport {
+    let (client, id) = (&shared.client, &shared.worker_id);
+    let report = release(client, unfinished, id).await;
+    let inner = &client.inner;
+    if let Err(error) = db::deregister_worker(&inner.pool, inner.queries, id).await {
+        tracing::warn!(%error, "conveyor: cannot leave the worker registry; maintenance will mark this worker dead");
+    }
+    if let Some(own) = own_pool {
+        own.pool.close().await;
+    }
+    shared.health.stopped();
+    report
 }
 
 /// The worker's own pool, with the client pool's connect options (or
@@ -399,7 +236,7 @@ fn bookkeeping_pool(connector: &Connector) -> OwnPool {
 }
 
 /// Gives the jobs still running at the end of the grace period back.
-async fn release(client: &Client, unfinished: &producer::Unfinished, id: &str) -> ShutdownReport {
+async fn release(client: &Client, unfinished: &Unfinished, id: &str) -> ShutdownReport {
     let mut report = ShutdownReport {
         given_back_unstarted: unfinished.given_back,
         ..ShutdownReport::default()
@@ -417,32 +254,4 @@ async fn release(client: &Client, unfinished: &producer::Unfinished, id: &str) -
         }
     }
     report
-}
-
-#[derive(Deserialize)]
-struct JobReady {
-    queue: String,
-    #[serde(default)]
-    scheduled: bool,
-}
-
-fn on_job_ready(event: ListenEvent<'_>, queues: &[String], wake: &Notify, promote: &AtomicBool) {
-    match event {
-        ListenEvent::Notification { payload, .. } => {
-            let Ok(ready) = serde_json::from_str::<JobReady>(payload) else {
-                tracing::debug!(payload, "conveyor: ignoring malformed job_ready payload");
-                return;
-            };
-            if queues.contains(&ready.queue) {
-                if ready.scheduled {
-                    promote.store(true, Ordering::Relaxed);
-                }
-                wake.notify_one();
-            }
-        }
-        ListenEvent::Gap => {
-            promote.store(true, Ordering::Relaxed);
-            wake.notify_one();
-        }
-    }
 }

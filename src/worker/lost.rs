@@ -22,12 +22,29 @@ use tokio::sync::watch;
 use crate::client::Client;
 use crate::db;
 use crate::supervise::Checkpoint;
-use crate::worker::health::Health;
+use crate::worker::health::{Health, WorkerTask};
+use crate::worker::service::{Service, Shared, Stop};
+
+/// The lost-lease recorder service. Stopped after the completer, whose lost
+/// outcomes it writes: told to stop, it writes what is left and ends.
+pub(crate) fn service(shared: &Shared) -> Service {
+    let context = (
+        shared.client.clone(),
+        shared.health.clone(),
+        shared.checkpoint(WorkerTask::LostLeases),
+    );
+    Service::new(
+        WorkerTask::LostLeases,
+        Stop::Await,
+        context,
+        |(client, health, checkpoint), stop| run(client, health, stop, checkpoint),
+    )
+}
 
 /// Runs until `stop` turns true (or its sender is gone), then writes what is
 /// left (one try) and returns. Supervised: restarted if it panics (the
 /// losses wait in `health` meanwhile).
-pub(crate) async fn run(
+async fn run(
     client: Client,
     health: Arc<Health>,
     mut stop: watch::Receiver<bool>,

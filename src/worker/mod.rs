@@ -18,10 +18,13 @@ mod health;
 mod heartbeat;
 mod launch;
 mod lease;
+mod listener;
 mod lost;
 mod plan;
 mod producer;
 mod registry;
+mod service;
+mod upkeep;
 
 use std::collections::HashMap;
 use std::future::Future;

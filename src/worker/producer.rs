@@ -17,12 +17,14 @@ use crate::client::Client;
 use crate::db;
 use crate::job::JobState;
 use crate::supervise::reconnect_backoff;
-use crate::worker::ahead::{self, Pace};
+use crate::worker::ahead::{self, HoldLimit, Pace};
+use crate::worker::completer::Outbox;
 use crate::worker::executor;
 use crate::worker::handler::Handler;
 use crate::worker::health::WorkerTask;
 use crate::worker::lease::{Ahead, Lease, RunningJobs, lock};
 use crate::worker::plan::QueuePlan;
+use crate::worker::service::{Hints, Service, Shared, Shutdown, Stop};
 
 /// Most scheduled jobs promoted to pending per statement.
 const PROMOTE_BATCH: i64 = 1_000;
@@ -31,6 +33,76 @@ const PROMOTE_BATCH: i64 = 1_000;
 /// waits up to this long for more slots to free up, so that a busy worker
 /// claims (and commits) in batches rather than one job at a time.
 const COALESCE: Duration = Duration::from_millis(2);
+
+/// What the producer takes from the worker's settings.
+pub(crate) struct Settings {
+    /// The handlers, by task name.
+    pub(crate) handlers: HashMap<String, Arc<dyn Handler>>,
+    /// One weight per queue; `None`: strict order.
+    pub(crate) weights: Option<Vec<u32>>,
+    /// Most jobs claimed by one statement.
+    pub(crate) max_claim: usize,
+    /// Most jobs held claimed ahead of free slots (see [`crate::worker::ahead`]).
+    pub(crate) claim_ahead: usize,
+    /// Longest sleep without a notification.
+    pub(crate) safety_interval: Duration,
+    /// Time limit of an attempt whose job and task set none.
+    pub(crate) default_timeout: Option<Duration>,
+    /// How long a cancelled handler may take to stop.
+    pub(crate) cancel_grace: Duration,
+    /// How long a held job waits for a slot before it is given back.
+    pub(crate) hold_limit: HoldLimit,
+}
+
+/// The producer service: claims jobs and starts them until the shutdown,
+/// then drains (see [`Producer::run`]); stopped first, and awaited. `grace`
+/// is the shutdown's grace period, set before the producer is told to stop.
+pub(crate) fn service(
+    shared: &Shared,
+    settings: Settings,
+    outcomes: Outbox,
+    grace: watch::Receiver<Duration>,
+) -> Service<Unfinished> {
+    let mut task_names: Vec<String> = settings.handlers.keys().cloned().collect();
+    task_names.sort();
+    let limits = executor::Limits {
+        worker_id: shared.worker_id.clone(),
+        default_timeout: settings.default_timeout,
+        cancel_grace: settings.cancel_grace,
+        health: shared.health.clone(),
+    };
+    let Hints {
+        wake,
+        promote,
+        refresh_queues,
+    } = shared.hints.clone();
+    let producer = Producer {
+        client: shared.client.clone(),
+        worker_id: shared.worker_id.clone(),
+        queues: shared.queues.clone(),
+        handlers: Arc::new(settings.handlers),
+        task_names: task_names.into(),
+        concurrency: shared.concurrency,
+        max_claim: settings.max_claim,
+        lease: shared.lease,
+        safety_interval: settings.safety_interval,
+        limits,
+        wake,
+        promote,
+        refresh_queues,
+        limited: Vec::new(),
+        plan: QueuePlan::new(settings.weights),
+        claim_ahead: settings.claim_ahead,
+        hold_limit: settings.hold_limit,
+        pace: Pace::new(Instant::now(), shared.concurrency),
+        started_at: HashMap::new(),
+        running: shared.running.clone(),
+        outcomes,
+        grace,
+        tasks: Arc::default(),
+    };
+    Service::new(WorkerTask::Producer, Stop::Await, producer, Producer::run)
+}
 
 /// The producer's settings and handles; cloned to start it again after a
 /// panic (the executors it started live on in `tasks`).
@@ -67,8 +139,7 @@ pub(crate) struct Producer {
     pub started_at: HashMap<tokio::task::Id, Instant>,
     /// Jobs being run or held ahead, shared with the heartbeat.
     pub running: RunningJobs,
-    pub outcomes: crate::worker::completer::Outbox,
-    pub shutdown: watch::Receiver<bool>,
+    pub outcomes: Outbox,
     pub grace: watch::Receiver<Duration>,
     /// The executors, kept across restarts of the producer.
     pub tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
@@ -85,7 +156,9 @@ pub(crate) struct Unfinished {
 }
 
 impl Producer {
-    pub(crate) async fn run(mut self) -> Unfinished {
+    /// Claims and starts jobs until `shutdown` turns true, then drains
+    /// (see [`Producer::drain`]).
+    pub(crate) async fn run(mut self, mut shutdown: Shutdown) -> Unfinished {
         let tasks = self.tasks.clone();
         let mut tasks = tasks.lock().await;
         let tasks = &mut *tasks;
@@ -96,7 +169,7 @@ impl Producer {
         let mut error_wait: Option<Instant> = None;
         let mut claim_at: Option<Instant> = None;
 
-        while !*self.shutdown.borrow() {
+        while !*shutdown.borrow() {
             self.limits.health.checkpoint(WorkerTask::Producer);
             if error_wait.is_none() {
                 match self
@@ -119,7 +192,7 @@ impl Producer {
                 .min()
                 .unwrap_or(safety);
             tokio::select! {
-                _ = self.shutdown.changed() => {}
+                _ = shutdown.changed() => {}
                 Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                     // Every job that has finished, then a claim for all free slots at once.
                     self.finished_all(joined, tasks);

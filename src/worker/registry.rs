@@ -11,6 +11,7 @@ use crate::client::Client;
 use crate::db;
 use crate::worker::health::{Health, WorkerTask};
 use crate::worker::lease::{RunningJobs, lock};
+use crate::worker::service::{Service, Shared, Stop};
 
 /// The longest time between two beats.
 pub(crate) const MAX_BEAT: Duration = Duration::from_secs(5);
@@ -22,20 +23,40 @@ pub(crate) fn beat_interval(lease: Duration) -> Duration {
     (lease / 3).clamp(Duration::from_millis(100), MAX_BEAT)
 }
 
+/// The registry service: keeps the worker's row (aborted at shutdown; the
+/// row is deleted after the services have stopped).
+pub(crate) fn service(shared: &Shared) -> Service {
+    let registry = Registry {
+        client: shared.client.clone(),
+        id: shared.worker_id.clone(),
+        queues: shared.queues.clone(),
+        concurrency: shared.concurrency,
+        beat: beat_interval(shared.lease),
+        running: shared.running.clone(),
+        health: shared.health.clone(),
+    };
+    Service::new(
+        WorkerTask::Registry,
+        Stop::Abort,
+        registry,
+        |registry, _| registry.run(),
+    )
+}
+
 /// What the registry task needs.
 #[derive(Clone)]
-pub(crate) struct Registry {
-    pub client: Client,
-    pub id: Arc<str>,
-    pub queues: Vec<String>,
-    pub concurrency: usize,
-    pub beat: Duration,
-    pub running: RunningJobs,
-    pub health: Arc<Health>,
+struct Registry {
+    client: Client,
+    id: Arc<str>,
+    queues: Vec<String>,
+    concurrency: usize,
+    beat: Duration,
+    running: RunningJobs,
+    health: Arc<Health>,
 }
 
 impl Registry {
-    pub(crate) async fn run(self) {
+    async fn run(self) {
         let mut registered = false;
         let mut tick = tokio::time::interval(self.beat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
