@@ -13,19 +13,14 @@
 //! [`crate::WorkerBuilder::claim_ahead`]: a worker whose jobs are slow
 //! claims (almost) nothing ahead, so it never holds a small backlog that
 //! idle workers could run. A job that still waits after [`MAX_WAIT`] (the
-//! pace dropped) is given back.
+//! pace dropped) is given back. (The held jobs themselves, started and given
+//! back, are in `slots.rs`.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::task::JoinSet;
 use tokio::time::Instant;
-
-use crate::db;
-use crate::worker::executor;
-use crate::worker::lease::{Ahead, lock};
-use crate::worker::producer::Producer;
 
 /// How far ahead, in time at the current pace, a worker claims (at least).
 pub(crate) const HORIZON: Duration = Duration::from_millis(50);
@@ -164,90 +159,6 @@ impl Pace {
         };
         let ahead = (self.rate.max(slots_rate) * horizon.as_secs_f64()).floor();
         (ahead as usize).min(max)
-    }
-}
-
-impl Producer {
-    /// Starts held jobs in the free slots, oldest first. A job whose lease
-    /// was lost or lapsed while it waited is dropped: the database no longer
-    /// holds it for this worker.
-    pub(crate) fn start_ahead(&mut self, tasks: &mut JoinSet<()>) {
-        let mut claims = lock(&self.running);
-        while tasks.len() < self.concurrency {
-            let Some(Ahead { job, lease, .. }) = claims.ahead.pop_front() else {
-                return;
-            };
-            if lease.is_lost() || lease.lapsed() {
-                continue;
-            }
-            if lease.cancel.is_cancelled() {
-                // Cancelled while held: it ends cancelled without running.
-                if lease.hand_over() {
-                    self.outcomes
-                        .send(db::OutcomeRow::cancelled(&job, lease.token));
-                }
-                continue;
-            }
-            let Some(handler) = self.handlers.get(&job.task).cloned() else {
-                // Cannot happen: the claim filters on registered names.
-                continue;
-            };
-            let abort = tasks.spawn(executor::execute(
-                job,
-                lease.clone(),
-                handler,
-                self.limits.clone(),
-                self.outcomes.clone(),
-            ));
-            claims.running.insert(abort.id(), lease);
-            self.started_at.insert(abort.id(), Instant::now());
-            self.pace.started(1);
-        }
-    }
-
-    /// Gives back the held jobs that have waited `longer` than this for a
-    /// slot (all of them for `Duration::ZERO`): pending again, their attempt
-    /// not spent, and idle workers woken. On error they stay held.
-    pub(crate) async fn give_back_waiting(&mut self, longer: Duration) -> crate::Result<usize> {
-        let now = Instant::now();
-        let stale: Vec<Ahead> = {
-            let mut claims = lock(&self.running);
-            let waited = |a: &Ahead| now.duration_since(a.since) >= longer;
-            let n = claims.ahead.iter().take_while(|a| waited(a)).count();
-            claims.ahead.drain(..n).collect()
-        };
-        let leases: Vec<db::Lease> = stale
-            .iter()
-            .filter(|a| !a.lease.is_lost())
-            .map(|a| a.lease.key())
-            .collect();
-        if leases.is_empty() {
-            return Ok(0);
-        }
-        let inner = &self.client.inner;
-        match db::release(&inner.pool, inner.queries, &leases, &self.worker_id).await {
-            Ok(released) => {
-                tracing::debug!(
-                    released,
-                    "conveyor: gave back jobs held ahead of a free slot"
-                );
-                Ok(usize::try_from(released).unwrap_or_default())
-            }
-            Err(error) => {
-                let mut claims = lock(&self.running);
-                for held in stale.into_iter().rev() {
-                    claims.ahead.push_front(held);
-                }
-                Err(error)
-            }
-        }
-    }
-
-    /// When the oldest held job is due to be given back.
-    pub(crate) fn give_back_at(&self) -> Option<Instant> {
-        let claims = lock(&self.running);
-        let wait = self.hold_limit.get();
-        claims.ahead.front().and_then(|a| a.since.checked_add(wait))
     }
 }
 

@@ -24,6 +24,7 @@ mod plan;
 mod producer;
 mod registry;
 mod service;
+mod slots;
 mod upkeep;
 
 use std::collections::HashMap;

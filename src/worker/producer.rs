@@ -1,30 +1,28 @@
 //! The claim loop: claims as many jobs as there are free slots (and, for
-//! short jobs, some ahead of them: see [`ahead`]), in one statement per
+//! short jobs, some ahead of them: see [`super::ahead`]), in one statement per
 //! queue, starts them, and sleeps when there is nothing to do until a
 //! notification, the next known `run_at`, or the safety interval.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use backoff::backoff::Backoff;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::client::Client;
 use crate::db;
-use crate::job::JobState;
 use crate::supervise::reconnect_backoff;
-use crate::worker::ahead::{self, HoldLimit, Pace};
+use crate::worker::ahead::HoldLimit;
 use crate::worker::completer::Outbox;
 use crate::worker::executor;
 use crate::worker::handler::Handler;
 use crate::worker::health::WorkerTask;
-use crate::worker::lease::{Ahead, Lease, RunningJobs, lock};
 use crate::worker::plan::QueuePlan;
-use crate::worker::service::{Hints, Service, Shared, Shutdown, Stop};
+use crate::worker::service::{Service, Shared, Shutdown, Stop};
+use crate::worker::slots::Slots;
 
 /// Most scheduled jobs promoted to pending per statement.
 const PROMOTE_BATCH: i64 = 1_000;
@@ -71,78 +69,52 @@ pub(crate) fn service(
         cancel_grace: settings.cancel_grace,
         health: shared.health.clone(),
     };
-    let Hints {
-        wake,
-        promote,
-        refresh_queues,
-    } = shared.hints.clone();
-    let producer = Producer {
-        client: shared.client.clone(),
-        worker_id: shared.worker_id.clone(),
-        queues: shared.queues.clone(),
-        handlers: Arc::new(settings.handlers),
-        task_names: task_names.into(),
-        concurrency: shared.concurrency,
-        max_claim: settings.max_claim,
-        lease: shared.lease,
-        safety_interval: settings.safety_interval,
+    let slots = Slots::new(
+        shared,
+        Arc::new(settings.handlers),
+        settings.claim_ahead,
         limits,
-        wake,
-        promote,
-        refresh_queues,
+        outcomes,
+        settings.hold_limit,
+    );
+    let producer = Producer {
+        shared: shared.clone(),
+        task_names: task_names.into(),
+        max_claim: settings.max_claim,
+        safety_interval: settings.safety_interval,
         limited: Vec::new(),
         plan: QueuePlan::new(settings.weights),
-        claim_ahead: settings.claim_ahead,
-        hold_limit: settings.hold_limit,
-        pace: Pace::new(Instant::now(), shared.concurrency),
-        started_at: HashMap::new(),
-        running: shared.running.clone(),
-        outcomes,
+        slots,
         grace,
         tasks: Arc::default(),
     };
     Service::new(WorkerTask::Producer, Stop::Await, producer, Producer::run)
 }
 
-/// The producer's settings and handles; cloned to start it again after a
-/// panic (the executors it started live on in `tasks`).
+/// The producer's settings and state; cloned to start it again after a
+/// panic (the executors it started live on in `tasks`, its claims in the
+/// worker's running jobs).
 #[derive(Clone)]
 pub(crate) struct Producer {
-    pub client: Client,
-    pub worker_id: Arc<str>,
-    pub queues: Vec<String>,
-    pub handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
-    pub task_names: Arc<[String]>,
-    pub concurrency: usize,
-    pub max_claim: usize,
-    pub lease: Duration,
-    pub safety_interval: Duration,
-    /// What every executor is given.
-    pub limits: executor::Limits,
-    /// Set by the listener: something may be runnable.
-    pub wake: Arc<Notify>,
-    /// Set by the listener: a job may have been scheduled; look for due ones.
-    pub promote: Arc<AtomicBool>,
-    /// Set by the listener: queue settings changed; reload which are limited.
-    pub refresh_queues: Arc<AtomicBool>,
+    /// The worker's client, id, queues, lease and health, and the hints the
+    /// listener leaves.
+    shared: Shared,
+    /// The tasks its claims ask for (those with a handler), sorted.
+    task_names: Arc<[String]>,
+    /// Most jobs claimed by one statement.
+    max_claim: usize,
+    /// Longest sleep without a notification.
+    safety_interval: Duration,
     /// Queues with a global concurrency limit (claimed under the queue's lock).
-    pub limited: Vec<String>,
+    limited: Vec<String>,
     /// Which queue to ask first.
-    pub plan: QueuePlan,
-    /// Most jobs held claimed ahead of free slots (see [`ahead`]).
-    pub claim_ahead: usize,
-    /// How long a held job waits for a slot before it is given back.
-    pub hold_limit: ahead::HoldLimit,
-    /// The pace at which jobs were started lately.
-    pub pace: Pace,
-    /// When each running executor was started (for [`Pace::finished_in`]).
-    pub started_at: HashMap<tokio::task::Id, Instant>,
-    /// Jobs being run or held ahead, shared with the heartbeat.
-    pub running: RunningJobs,
-    pub outcomes: Outbox,
-    pub grace: watch::Receiver<Duration>,
+    plan: QueuePlan,
+    /// The slots, and the jobs held ahead of them.
+    slots: Slots,
+    /// The grace period of the shutdown.
+    grace: watch::Receiver<Duration>,
     /// The executors, kept across restarts of the producer.
-    pub tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
+    tasks: Arc<tokio::sync::Mutex<JoinSet<()>>>,
 }
 
 /// What the producer leaves for the shutdown to settle.
@@ -150,9 +122,9 @@ pub(crate) struct Producer {
 pub(crate) struct Unfinished {
     /// Jobs still running when the grace period ended, and jobs held ahead
     /// that could not be given back when it began.
-    pub leases: Vec<db::Lease>,
+    pub(crate) leases: Vec<db::Lease>,
     /// Jobs held ahead, never started, given back when the shutdown began.
-    pub given_back: usize,
+    pub(crate) given_back: usize,
 }
 
 impl Producer {
@@ -163,14 +135,15 @@ impl Producer {
         let mut tasks = tasks.lock().await;
         let tasks = &mut *tasks;
         let mut maybe_work = true;
-        self.promote.store(true, Ordering::Relaxed);
+        let hints = self.shared.hints.clone();
+        hints.promote.store(true, Ordering::Relaxed);
         let mut next_due: Option<Instant> = None;
         let mut errors = reconnect_backoff();
         let mut error_wait: Option<Instant> = None;
         let mut claim_at: Option<Instant> = None;
 
         while !*shutdown.borrow() {
-            self.limits.health.checkpoint(WorkerTask::Producer);
+            self.shared.health.checkpoint(WorkerTask::Producer);
             if error_wait.is_none() {
                 match self
                     .fill_slots(tasks, &mut maybe_work, &mut next_due, &mut claim_at)
@@ -185,7 +158,7 @@ impl Producer {
                 }
             }
             let safety = Instant::now() + self.safety_interval;
-            let give_back = self.give_back_at();
+            let give_back = self.slots.give_back_at();
             let timer = [next_due, error_wait, claim_at, give_back, Some(safety)]
                 .into_iter()
                 .flatten()
@@ -195,9 +168,9 @@ impl Producer {
                 _ = shutdown.changed() => {}
                 Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                     // Every job that has finished, then a claim for all free slots at once.
-                    self.finished_all(joined, tasks);
+                    self.slots.finished_all(joined, tasks);
                 }
-                _ = self.wake.notified() => maybe_work = true,
+                _ = hints.wake.notified() => maybe_work = true,
                 _ = tokio::time::sleep_until(timer) => {
                     let now = Instant::now();
                     if error_wait.is_some_and(|at| at <= now) {
@@ -207,10 +180,10 @@ impl Producer {
                         claim_at = Some(now);
                     }
                     if safety <= now {
-                        self.refresh_queues.store(true, Ordering::Relaxed);
+                        hints.refresh_queues.store(true, Ordering::Relaxed);
                     }
                     if next_due.is_some_and(|at| at <= now) || safety <= now {
-                        self.promote.store(true, Ordering::Relaxed);
+                        hints.promote.store(true, Ordering::Relaxed);
                         maybe_work = true;
                         next_due = None;
                     }
@@ -231,12 +204,13 @@ impl Producer {
         next_due: &mut Option<Instant>,
         claim_at: &mut Option<Instant>,
     ) -> crate::Result<()> {
-        let client = self.client.clone();
+        let client = self.shared.client.clone();
         let inner = &client.inner;
-        if self.promote.swap(false, Ordering::Relaxed) {
-            let promoted = db::promote(&inner.pool, inner.queries, &self.queues, PROMOTE_BATCH)
+        let (hints, queues) = (&self.shared.hints, &self.shared.queues);
+        if hints.promote.swap(false, Ordering::Relaxed) {
+            let promoted = db::promote(&inner.pool, inner.queries, queues, PROMOTE_BATCH)
                 .await
-                .inspect_err(|_| self.promote.store(true, Ordering::Relaxed))?;
+                .inspect_err(|_| hints.promote.store(true, Ordering::Relaxed))?;
             let next_run = promoted.next_run_at.map(|at| {
                 // Capped: a run_at years away must not overflow the timer.
                 let wait = (at - promoted.db_now)
@@ -251,28 +225,27 @@ impl Producer {
             if promoted.promoted > 0 {
                 *maybe_work = true;
                 if promoted.promoted >= PROMOTE_BATCH {
-                    self.promote.store(true, Ordering::Relaxed);
+                    hints.promote.store(true, Ordering::Relaxed);
                 }
             }
         }
-        if self.refresh_queues.swap(false, Ordering::Relaxed) {
-            self.limited = db::queue_limits(&inner.pool, inner.queries, &self.queues)
+        if hints.refresh_queues.swap(false, Ordering::Relaxed) {
+            self.limited = db::queue_limits(&inner.pool, inner.queries, queues)
                 .await
-                .inspect_err(|_| self.refresh_queues.store(true, Ordering::Relaxed))?;
+                .inspect_err(|_| hints.refresh_queues.store(true, Ordering::Relaxed))?;
         }
-        self.give_back_waiting(self.hold_limit.get()).await?;
+        self.slots.give_back_stale().await?;
         loop {
-            self.start_ahead(tasks);
+            self.slots.start_ahead(tasks);
             if !*maybe_work {
                 return Ok(());
             }
-            let free = self.concurrency - tasks.len().min(self.concurrency);
-            let held = lock(&self.running).ahead.len();
+            let free = self.slots.free(tasks);
+            let held = self.slots.held();
             // A queue with a global concurrency or rate limit counts held jobs
             // as running: holding them ahead would take them from others.
             let target = if self.limited.is_empty() {
-                let at_least = self.hold_limit.at_least().min(self.claim_ahead);
-                (self.pace.target(self.claim_ahead, Instant::now())).max(at_least)
+                self.slots.hold_target(Instant::now())
             } else {
                 0
             };
@@ -281,7 +254,9 @@ impl Producer {
                 // Busy, with enough held to go on with.
                 return Ok(());
             }
-            let half_batch = (self.concurrency + target).min(self.max_claim).div_ceil(2);
+            let half_batch = (self.shared.concurrency + target)
+                .min(self.max_claim)
+                .div_ceil(2);
             if free + room < half_batch && !tasks.is_empty() {
                 // Little room: give others a moment to free up (see COALESCE).
                 let at = *claim_at.get_or_insert_with(|| Instant::now() + COALESCE);
@@ -292,19 +267,21 @@ impl Producer {
             *claim_at = None;
             let mut want = (free + room).min(self.max_claim);
             let asked = want;
-            for (queue, share) in self.plan.plan(self.queues.len(), want) {
+            for (queue, share) in self.plan.plan(self.shared.queues.len(), want) {
                 let take = share.min(want);
                 if take == 0 {
                     continue;
                 }
                 // (Owned here: the claim runs while `self` starts held jobs.)
-                let queue = self.queues[queue].clone();
-                let (task_names, worker_id) = (self.task_names.clone(), self.worker_id.clone());
+                let queue = self.shared.queues[queue].clone();
+                let (task_names, worker_id) =
+                    (self.task_names.clone(), self.shared.worker_id.clone());
+                let lease = self.shared.lease;
                 let claim = db::Claim {
                     queue: &queue,
                     tasks: &task_names,
                     limit: take as i64,
-                    lease_secs: self.lease.as_secs_f64(),
+                    lease_secs: lease.as_secs_f64(),
                     worker_id: &worker_id,
                     limited: self.limited.contains(&queue),
                 };
@@ -313,7 +290,7 @@ impl Producer {
                 let sent = Instant::now();
                 let claim = db::claim(&inner.pool, inner.queries, &claim);
                 let claimed = self.while_claiming(tasks, claim).await?;
-                self.pace.claimed_in(sent.elapsed());
+                self.slots.claimed_in(sent.elapsed());
                 if let Some(until) = claimed.rate_limited_until {
                     // Come back when the rate window reopens.
                     // At least 10 ms: clocks of worker and database may differ.
@@ -325,51 +302,14 @@ impl Producer {
                     *next_due = Some(next_due.map_or(at, |due| due.min(at)));
                 }
                 want -= (claimed.jobs.len() + claimed.undecodable.len()).min(want);
-                self.fail_undecodable(claimed.undecodable);
-                // A held job's wait for a slot counts from its arrival: a claim
-                // that took long (a pool or a pooler busy) is no reason to give
-                // its jobs back.
-                let arrived = Instant::now();
-                let mut claims = lock(&self.running);
-                for claimed in claimed.jobs {
-                    let lease = Lease::new(claimed.job.id, claimed.lease_token, sent + self.lease);
-                    claims.ahead.push_back(Ahead {
-                        job: claimed.job,
-                        lease,
-                        since: arrived,
-                    });
-                }
+                self.slots.fail_undecodable(claimed.undecodable);
+                let jobs = claimed.jobs.into_iter().map(|c| (c.job, c.lease_token));
+                self.slots.hold(jobs, sent + lease);
             }
             if want > 0 || asked == 0 {
                 // A short batch: the queues are drained for now.
                 *maybe_work = false;
             }
-        }
-    }
-
-    /// Fails claimed jobs whose row cannot be decoded, each with its reason:
-    /// they never run (their arguments cannot be read), and no retry would
-    /// read them better.
-    fn fail_undecodable(&self, jobs: Vec<db::Undecodable>) {
-        if jobs.is_empty() {
-            return;
-        }
-        self.limits.health.undecodable(jobs.len());
-        for job in jobs {
-            tracing::error!(job.id = %job.id, error = %job.error, "conveyor: failing a job whose row cannot be decoded");
-            self.outcomes.send(db::OutcomeRow {
-                id: job.id,
-                lease_token: job.lease_token,
-                queue: job.queue,
-                task: job.task,
-                state: JobState::Failure,
-                result: None,
-                error: Some(job.error),
-                retry_in_secs: None,
-                wait_ms: None,
-                // Its callbacks and workflow, if any, learn of the failure.
-                follow_up: true,
-            });
         }
     }
 
@@ -384,42 +324,17 @@ impl Producer {
     ) -> T {
         // What the previous queue's claim of this round brought starts now,
         // not when this one returns (it may wait for its turn).
-        self.start_ahead(tasks);
+        self.slots.start_ahead(tasks);
         tokio::pin!(claim);
         loop {
             tokio::select! {
                 biased;
                 done = &mut claim => return done,
                 Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    self.finished_all(joined, tasks);
-                    self.start_ahead(tasks);
+                    self.slots.finished_all(joined, tasks);
+                    self.slots.start_ahead(tasks);
                 }
             }
-        }
-    }
-
-    /// Forgets `first` and every other executor that has ended.
-    fn finished_all(
-        &mut self,
-        first: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
-        tasks: &mut JoinSet<()>,
-    ) {
-        let mut joined = Some(first);
-        while let Some(result) = joined {
-            self.finished(result);
-            joined = tasks.try_join_next_with_id();
-        }
-    }
-
-    /// Forgets an executor that ended (its outcome is with the completer).
-    fn finished(&mut self, joined: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
-        let id = match joined {
-            Ok((id, ())) => id,
-            Err(e) => e.id(),
-        };
-        lock(&self.running).running.remove(&id);
-        if let Some(at) = self.started_at.remove(&id) {
-            self.pace.finished_in(at.elapsed());
         }
     }
 
@@ -428,7 +343,8 @@ impl Producer {
     /// held job that could not be given back).
     async fn drain(mut self, tasks: &mut JoinSet<()>) -> Unfinished {
         let given_back = self
-            .give_back_waiting(Duration::ZERO)
+            .slots
+            .give_back_all()
             .await
             .inspect_err(|error| {
                 tracing::warn!(%error, "conveyor: cannot give back jobs held ahead yet");
@@ -437,20 +353,12 @@ impl Producer {
         let deadline = Instant::now() + *self.grace.borrow_and_update();
         while !tasks.is_empty() {
             tokio::select! {
-                Some(joined) = tasks.join_next_with_id() => self.finished(joined),
+                Some(joined) = tasks.join_next_with_id() => self.slots.finished(joined),
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
         tasks.shutdown().await;
-        let claims = std::mem::take(&mut *lock(&self.running));
-        let held = claims.ahead.into_iter().map(|a| a.lease);
-        let leases = claims
-            .running
-            .into_values()
-            .chain(held)
-            .filter(|lease| !lease.is_lost())
-            .map(|lease| lease.key())
-            .collect();
+        let leases = self.slots.take_unfinished();
         Unfinished { leases, given_back }
     }
 }
