@@ -1,12 +1,14 @@
 //! The worker: registers handlers, claims jobs for its free slots, runs them,
 //! records outcomes, and shuts down gracefully.
 //!
-//! Inside, one task per role: the producer ([`producer`]) claims and starts
-//! jobs, an executor ([`executor`]) runs each job, the completer
-//! ([`completer`]) writes outcomes in batches, the heartbeat ([`heartbeat`])
-//! renews leases ([`lease`]), and a listener wakes the producer on NOTIFY.
-//! Each background task is supervised ([`health`]); [`launch`] starts them
-//! all, on connections of the worker's own.
+//! Inside, one task per role: the producer ([`producer`]) claims jobs and
+//! starts them in its slots ([`slots`]), an executor ([`executor`]) runs
+//! each job, the completer ([`completer`]) writes outcomes in batches, the
+//! heartbeat ([`heartbeat`]) renews leases ([`lease`]), and a listener
+//! ([`listener`]) wakes the producer on NOTIFY. Each background task is a
+//! [`service`], defined in its module and supervised (restarts counted in
+//! [`health`]); [`launch`] lists them and starts them all, on connections
+//! of the worker's own.
 
 mod ahead;
 mod completer;
