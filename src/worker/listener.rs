@@ -13,7 +13,7 @@ use crate::db;
 use crate::notify::{ListenEvent, spawn_listener};
 use crate::worker::health::WorkerTask;
 use crate::worker::lease::cancel_running;
-use crate::worker::service::{Service, Shared, Stop};
+use crate::worker::service::{Service, Shared};
 
 /// The listener service (aborted at shutdown). `notify::spawn_listener`
 /// supervises it: an event that panics restarts it, with a gap.
@@ -59,7 +59,7 @@ pub(crate) fn service(shared: &Shared) -> Service {
             }
         }
     };
-    Service::supervising_itself(WorkerTask::Listener, Stop::Abort, move |on_panic| {
+    Service::supervising_itself(WorkerTask::Listener, move |on_panic| {
         spawn_listener(&connector, channels, None, on_event, on_panic).0
     })
 }

@@ -93,9 +93,9 @@ impl Shared {
 /// Told when the service panics (with the panic's message).
 pub(crate) type OnPanic = Box<dyn FnMut(&str) + Send>;
 
-/// Spawns a service's task, given its shutdown signal and what to call when
+/// Starts a service's task, given its shutdown signal and what to call when
 /// it panics.
-type SpawnFn<T> = Box<dyn FnOnce(Shutdown, OnPanic) -> JoinHandle<T> + Send>;
+type StartFn<T> = Box<dyn FnOnce(Shutdown, OnPanic) -> JoinHandle<T> + Send>;
 
 /// A background task of a worker, not started yet: its name, how it stops,
 /// and how to run it. `T` is what it leaves when it ends (the producer's
@@ -103,7 +103,7 @@ type SpawnFn<T> = Box<dyn FnOnce(Shutdown, OnPanic) -> JoinHandle<T> + Send>;
 pub(crate) struct Service<T = ()> {
     task: WorkerTask,
     stop: Stop,
-    spawn: SpawnFn<T>,
+    start: StartFn<T>,
 }
 
 impl<T: Send + 'static> Service<T> {
@@ -117,29 +117,29 @@ impl<T: Send + 'static> Service<T> {
         F: Fn(C, Shutdown) -> Fut + Send + 'static,
         Fut: Future<Output = T> + Send + 'static,
     {
-        let spawn = move |shutdown: Shutdown, on_panic: OnPanic| {
+        let start = move |shutdown: Shutdown, on_panic: OnPanic| {
             let make = move || run(context.clone(), shutdown.clone());
             tokio::spawn(supervise(task.as_str(), make, on_panic))
         };
         Service {
             task,
             stop,
-            spawn: Box::new(spawn),
+            start: Box::new(start),
         }
     }
 
-    /// A service whose task supervises itself: `spawn(on_panic)` starts it
-    /// and restarts it after a panic, telling `on_panic` (the listener,
-    /// which `notify::spawn_listener` supervises, as it does the waiters').
+    /// A service whose task supervises itself: `start(on_panic)` spawns it,
+    /// and it restarts itself after a panic, telling `on_panic` (the
+    /// listener, which `notify::spawn_listener` supervises, as it does the
+    /// waiters'). It hears no shutdown signal: it is aborted.
     pub(crate) fn supervising_itself(
         task: WorkerTask,
-        stop: Stop,
-        spawn: impl FnOnce(OnPanic) -> JoinHandle<T> + Send + 'static,
+        start: impl FnOnce(OnPanic) -> JoinHandle<T> + Send + 'static,
     ) -> Service<T> {
         Service {
             task,
-            stop,
-            spawn: Box::new(move |_, on_panic| spawn(on_panic)),
+            stop: Stop::Abort,
+            start: Box::new(move |_, on_panic| start(on_panic)),
         }
     }
 
@@ -151,7 +151,7 @@ impl<T: Send + 'static> Service<T> {
         RunningService {
             stop: self.stop,
             signal,
-            handle: AbortOnDrop((self.spawn)(shutdown, on_panic)),
+            handle: AbortOnDrop((self.start)(shutdown, on_panic)),
         }
     }
 }
