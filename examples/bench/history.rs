@@ -167,7 +167,7 @@ async fn enqueue_rate(db: &BenchDb, secs: u64) -> Result<(f64, u64, u64)> {
 
 /// The dashboard's list of finished jobs (its own statement, as the page
 /// runs it: newest first, keyset-paged).
-const DASHBOARD_FINISHED: &str = include_str!("../../src/db/dashboard_jobs_finished.sql");
+const DASHBOARD_FINISHED: &str = include_str!("../../sql/dashboard/dashboard_jobs_finished.sql");
 
 /// Milliseconds, 20 tries each: pages of the dashboard's finished list (all
 /// successes; one queue's, from its history; one queue with no finished job

@@ -22,7 +22,7 @@ use crate::support::{BenchDb, Result, median};
 const RUNNING_QUEUE: &str = "bench_running";
 
 /// Columns the library reads for a whole job (`src/db/job_columns.sql`).
-const JOB_COLUMNS: &str = include_str!("../../src/db/job_columns.sql");
+const JOB_COLUMNS: &str = include_str!("../../sql/inspect/job_columns.sql");
 
 /// One read: a name, and its SQL on `conveyor.jobs` with the values
 /// written in. The plain table's copy is the same text with
@@ -332,9 +332,9 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
         plain: None,
     };
     const N: &str = "NULL";
-    let finished_page = include_str!("../../src/db/dashboard_jobs_finished.sql");
-    let active_page = include_str!("../../src/db/dashboard_jobs_active.sql");
-    let list = include_str!("../../src/db/list_jobs.sql");
+    let finished_page = include_str!("../../sql/dashboard/dashboard_jobs_finished.sql");
+    let active_page = include_str!("../../sql/dashboard/dashboard_jobs_active.sql");
+    let list = include_str!("../../sql/inspect/list_jobs.sql");
     Ok(vec![
         // The example queries of docs/sql.md, as written there (labelled
         // "README": they were the README's, and docs/benchmarks.md quotes the labels).
@@ -415,14 +415,14 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
         read(
             "CLI: jobs show, finished 15 days ago",
             lib(
-                include_str!("../../src/db/fetch_job.sql"),
+                include_str!("../../sql/inspect/fetch_job.sql"),
                 &[&old, &since_old],
             ),
         ),
         read(
             "CLI: jobs show, finished a minute ago",
             lib(
-                include_str!("../../src/db/fetch_job.sql"),
+                include_str!("../../sql/inspect/fetch_job.sql"),
                 &[&recent, &since_recent],
             ),
         ),
@@ -438,7 +438,7 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
         // The dashboard.
         read(
             "dashboard: overview",
-            lib(include_str!("../../src/db/dashboard_overview.sql"), &[]),
+            lib(include_str!("../../sql/dashboard/dashboard_overview.sql"), &[]),
         ),
         read(
             "dashboard: 50 successes",
@@ -451,7 +451,7 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
         read(
             "dashboard: 50 pending",
             lib(
-                include_str!("../../src/db/dashboard_jobs_pending.sql"),
+                include_str!("../../sql/dashboard/dashboard_jobs_pending.sql"),
                 &[N, N, N, "50", N, N],
             ),
         ),
@@ -466,27 +466,27 @@ async fn reads(db: &BenchDb) -> Result<Vec<Read>> {
         read(
             "dashboard: jobs by id prefix",
             lib(
-                include_str!("../../src/db/dashboard_jobs_by_id.sql"),
+                include_str!("../../sql/dashboard/dashboard_jobs_by_id.sql"),
                 &[&recent, &format!("({recent}::uuid::text::uuid)"), "50"],
             ),
         ),
         read(
             "dashboard: workflows",
             lib(
-                include_str!("../../src/db/dashboard_workflows.sql"),
+                include_str!("../../sql/dashboard/dashboard_workflows.sql"),
                 &[N, N, N, "50"],
             ),
         ),
         read(
             "dashboard: chord members",
             lib(
-                include_str!("../../src/db/dashboard_workflow_jobs.sql"),
+                include_str!("../../sql/dashboard/dashboard_workflow_jobs.sql"),
                 &[&workflow, "1000"],
             ),
         ),
         read(
             "dashboard: totals",
-            lib(include_str!("../../src/db/dashboard_totals.sql"), &["10000"]),
+            lib(include_str!("../../sql/dashboard/dashboard_totals.sql"), &["10000"]),
         ),
     ])
 }

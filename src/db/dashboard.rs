@@ -113,7 +113,7 @@ pub(crate) struct Totals {
 }
 
 pub(crate) async fn overview(pool: &PgPool, q: &Queries) -> Result<Vec<QueueRow>> {
-    let sql = statement(q, include_str!("dashboard_overview.sql"));
+    let sql = statement(q, sql!("dashboard/dashboard_overview.sql"));
     Ok(sqlx::query_as(sql)
         .persistent(false)
         .fetch_all(q.on(pool))
@@ -121,7 +121,7 @@ pub(crate) async fn overview(pool: &PgPool, q: &Queries) -> Result<Vec<QueueRow>
 }
 
 pub(crate) async fn totals(pool: &PgPool, q: &Queries, cap: i64) -> Result<Totals> {
-    let sql = statement(q, include_str!("dashboard_totals.sql"));
+    let sql = statement(q, sql!("dashboard/dashboard_totals.sql"));
     Ok(sqlx::query_as(sql)
         .persistent(false)
         .bind(cap)

@@ -58,7 +58,7 @@ const SAMPLE_SEED: f64 = 17.0;
 /// The scrape's transaction: begun with its planner settings in the same
 /// round trip (`metrics_settings.sql` says why).
 static SCRAPE_BEGIN: LazyLock<String> =
-    LazyLock::new(|| format!("{}; {}", super::BEGIN, include_str!("metrics_settings.sql")));
+    LazyLock::new(|| format!("{}; {}", super::BEGIN, sql!("metrics/metrics_settings.sql")));
 
 /// One queue's unfinished jobs as counted (a row of `metrics_queues.sql`):
 /// exact unless the group's flag says the cap was reached.

@@ -25,205 +25,83 @@ pub(crate) async fn create_schema(conn: &mut PgConnection, q: &Queries) -> Resul
     Ok(())
 }
 
-/// Every PL/pgSQL and SQL function of the schema, one file each in
-/// `migrations/functions/` (file name = function name), applied by
-/// [`apply_functions`]. A test checks that the list and the directory agree.
+/// Every PL/pgSQL and SQL function of the schema, one file each in `sql/`,
+/// in the folder of the area that uses it (file name = function name),
+/// applied by [`apply_functions`]. Sorted by name. A test checks that the
+/// list and the function files under `sql/` agree.
 pub(crate) const FUNCTIONS: &[(&str, &str)] = &[
-    (
-        "after_finish",
-        include_str!("../../migrations/functions/after_finish.sql"),
-    ),
-    (
-        "cancel",
-        include_str!("../../migrations/functions/cancel.sql"),
-    ),
+    ("after_finish", sql!("workflow/after_finish.sql")),
+    ("cancel", sql!("inspect/cancel.sql")),
     (
         "claim_lease_in_the_past",
-        include_str!("../../migrations/functions/claim_lease_in_the_past.sql"),
+        sql!("claim/claim_lease_in_the_past.sql"),
     ),
-    (
-        "claim_statement",
-        include_str!("../../migrations/functions/claim_statement.sql"),
-    ),
-    (
-        "claims_done",
-        include_str!("../../migrations/functions/claims_done.sql"),
-    ),
-    (
-        "claims_given_back",
-        include_str!("../../migrations/functions/claims_given_back.sql"),
-    ),
-    (
-        "count_enqueued",
-        include_str!("../../migrations/functions/count_enqueued.sql"),
-    ),
-    (
-        "count_outcomes",
-        include_str!("../../migrations/functions/count_outcomes.sql"),
-    ),
+    ("claim_statement", sql!("claim/claim_statement.sql")),
+    ("claims_done", sql!("claim/claims_done.sql")),
+    ("claims_given_back", sql!("claim/claims_given_back.sql")),
+    ("count_enqueued", sql!("stats/count_enqueued.sql")),
+    ("count_outcomes", sql!("stats/count_outcomes.sql")),
     (
         "create_history_partitions",
-        include_str!("../../migrations/functions/create_history_partitions.sql"),
+        sql!("maintenance/create_history_partitions.sql"),
     ),
-    (
-        "define_ready_slot",
-        include_str!("../../migrations/functions/define_ready_slot.sql"),
-    ),
+    ("define_ready_slot", sql!("ring/define_ready_slot.sql")),
     (
         "drop_history_partitions",
-        include_str!("../../migrations/functions/drop_history_partitions.sql"),
+        sql!("maintenance/drop_history_partitions.sql"),
     ),
-    (
-        "due_at",
-        include_str!("../../migrations/functions/due_at.sql"),
-    ),
-    (
-        "enqueue",
-        include_str!("../../migrations/functions/enqueue.sql"),
-    ),
-    (
-        "enqueue_each",
-        include_str!("../../migrations/functions/enqueue_each.sql"),
-    ),
-    (
-        "enqueue_many",
-        include_str!("../../migrations/functions/enqueue_many.sql"),
-    ),
-    (
-        "enqueue_unique",
-        include_str!("../../migrations/functions/enqueue_unique.sql"),
-    ),
-    (
-        "failure_args",
-        include_str!("../../migrations/functions/failure_args.sql"),
-    ),
-    (
-        "flush_enqueue_tally",
-        include_str!("../../migrations/functions/flush_enqueue_tally.sql"),
-    ),
-    (
-        "histogram",
-        include_str!("../../migrations/functions/histogram.sql"),
-    ),
-    (
-        "histogram_add",
-        include_str!("../../migrations/functions/histogram_add.sql"),
-    ),
+    ("due_at", sql!("enqueue/due_at.sql")),
+    ("enqueue", sql!("enqueue/enqueue.sql")),
+    ("enqueue_each", sql!("enqueue/enqueue_each.sql")),
+    ("enqueue_many", sql!("enqueue/enqueue_many.sql")),
+    ("enqueue_unique", sql!("enqueue/enqueue_unique.sql")),
+    ("failure_args", sql!("workflow/failure_args.sql")),
+    ("flush_enqueue_tally", sql!("stats/flush_enqueue_tally.sql")),
+    ("histogram", sql!("stats/histogram.sql")),
+    ("histogram_add", sql!("stats/histogram_add.sql")),
     (
         "histogram_count_step",
-        include_str!("../../migrations/functions/histogram_count_step.sql"),
+        sql!("stats/histogram_count_step.sql"),
     ),
     (
         "history_days_start",
-        include_str!("../../migrations/functions/history_days_start.sql"),
+        sql!("maintenance/history_days_start.sql"),
     ),
-    (
-        "initial_state",
-        include_str!("../../migrations/functions/initial_state.sql"),
-    ),
-    (
-        "insert_job_specs",
-        include_str!("../../migrations/functions/insert_job_specs.sql"),
-    ),
-    (
-        "jobs_view_write",
-        include_str!("../../migrations/functions/jobs_view_write.sql"),
-    ),
-    (
-        "live_leases",
-        include_str!("../../migrations/functions/live_leases.sql"),
-    ),
-    (
-        "notify_job_ready",
-        include_str!("../../migrations/functions/notify_job_ready.sql"),
-    ),
-    (
-        "pause_queue",
-        include_str!("../../migrations/functions/pause_queue.sql"),
-    ),
-    (
-        "ready_bank_tables",
-        include_str!("../../migrations/functions/ready_bank_tables.sql"),
-    ),
-    (
-        "ready_insert",
-        include_str!("../../migrations/functions/ready_insert.sql"),
-    ),
-    (
-        "ready_moved",
-        include_str!("../../migrations/functions/ready_moved.sql"),
-    ),
-    (
-        "ready_sync",
-        include_str!("../../migrations/functions/ready_sync.sql"),
-    ),
-    (
-        "rebuild_ready",
-        include_str!("../../migrations/functions/rebuild_ready.sql"),
-    ),
-    (
-        "record_outcomes",
-        include_str!("../../migrations/functions/record_outcomes.sql"),
-    ),
-    (
-        "requeue",
-        include_str!("../../migrations/functions/requeue.sql"),
-    ),
-    (
-        "resume_queue",
-        include_str!("../../migrations/functions/resume_queue.sql"),
-    ),
-    (
-        "rotate_ring",
-        include_str!("../../migrations/functions/rotate_ring.sql"),
-    ),
-    (
-        "run_follow_ups",
-        include_str!("../../migrations/functions/run_follow_ups.sql"),
-    ),
-    (
-        "set_queue_limit",
-        include_str!("../../migrations/functions/set_queue_limit.sql"),
-    ),
+    ("initial_state", sql!("enqueue/initial_state.sql")),
+    ("insert_job_specs", sql!("enqueue/insert_job_specs.sql")),
+    ("jobs_view_write", sql!("inspect/jobs_view_write.sql")),
+    ("live_leases", sql!("claim/live_leases.sql")),
+    ("notify_job_ready", sql!("enqueue/notify_job_ready.sql")),
+    ("pause_queue", sql!("queues/pause_queue.sql")),
+    ("ready_bank_tables", sql!("ring/ready_bank_tables.sql")),
+    ("ready_insert", sql!("ring/ready_insert.sql")),
+    ("ready_moved", sql!("ring/ready_moved.sql")),
+    ("ready_sync", sql!("ring/ready_sync.sql")),
+    ("rebuild_ready", sql!("ring/rebuild_ready.sql")),
+    ("record_outcomes", sql!("outcome/record_outcomes.sql")),
+    ("requeue", sql!("inspect/requeue.sql")),
+    ("resume_queue", sql!("queues/resume_queue.sql")),
+    ("rotate_ring", sql!("ring/rotate_ring.sql")),
+    ("run_follow_ups", sql!("workflow/run_follow_ups.sql")),
+    ("set_queue_limit", sql!("queues/set_queue_limit.sql")),
     (
         "set_queue_rate_limit",
-        include_str!("../../migrations/functions/set_queue_rate_limit.sql"),
+        sql!("queues/set_queue_rate_limit.sql"),
     ),
-    (
-        "settle_claims",
-        include_str!("../../migrations/functions/settle_claims.sql"),
-    ),
+    ("settle_claims", sql!("claim/settle_claims.sql")),
     (
         "settle_expired_claims",
-        include_str!("../../migrations/functions/settle_expired_claims.sql"),
+        sql!("maintenance/settle_expired_claims.sql"),
     ),
-    (
-        "spawn",
-        include_str!("../../migrations/functions/spawn.sql"),
-    ),
-    (
-        "stats_buckets_ms",
-        include_str!("../../migrations/functions/stats_buckets_ms.sql"),
-    ),
-    (
-        "stats_to_totals",
-        include_str!("../../migrations/functions/stats_to_totals.sql"),
-    ),
-    (
-        "unique_key",
-        include_str!("../../migrations/functions/unique_key.sql"),
-    ),
-    (
-        "uuid_v7",
-        include_str!("../../migrations/functions/uuid_v7.sql"),
-    ),
-    (
-        "workflow_failed",
-        include_str!("../../migrations/functions/workflow_failed.sql"),
-    ),
+    ("spawn", sql!("workflow/spawn.sql")),
+    ("stats_buckets_ms", sql!("stats/stats_buckets_ms.sql")),
+    ("stats_to_totals", sql!("stats/stats_to_totals.sql")),
+    ("unique_key", sql!("enqueue/unique_key.sql")),
+    ("uuid_v7", sql!("enqueue/uuid_v7.sql")),
+    ("workflow_failed", sql!("workflow/workflow_failed.sql")),
     (
         "workflow_succeeded",
-        include_str!("../../migrations/functions/workflow_succeeded.sql"),
+        sql!("workflow/workflow_succeeded.sql"),
     ),
 ];
 
@@ -306,19 +184,34 @@ mod tests {
             .collect()
     }
 
+    /// Every `.sql` file under `dir`, at any depth, sorted.
+    fn sql_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                found.extend(sql_files(&path));
+            } else if path.extension().is_some_and(|e| e == "sql") {
+                found.push(path);
+            }
+        }
+        found.sort();
+        found
+    }
+
+    fn defines_a_function(text: &str) -> bool {
+        let text = text.to_uppercase();
+        text.contains("CREATE FUNCTION") || text.contains("REPLACE FUNCTION")
+    }
+
     #[test]
     fn each_function_has_one_file_and_one_body() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/functions");
-        let mut files: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
-            .collect();
-        files.sort();
-        let listed: Vec<String> = FUNCTIONS.iter().map(|(n, _)| format!("{n}.sql")).collect();
-        assert_eq!(
-            listed, files,
-            "FUNCTIONS and migrations/functions/ disagree"
-        );
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let names: Vec<&str> = FUNCTIONS.iter().map(|(n, _)| *n).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted, "FUNCTIONS is sorted by name, each once");
         for (name, text) in FUNCTIONS {
             // define_ready_slot() writes claim_ready() and ready_slot(), whose
             // bodies hold the ring's current bank (define_ready_slot.sql says why).
@@ -333,23 +226,51 @@ mod tests {
                 "{name}.sql must create {name} only"
             );
         }
-        // No other SQL in the repository defines a function.
-        let elsewhere = [
-            concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"),
-            concat!(env!("CARGO_MANIFEST_DIR"), "/src/db"),
-        ];
-        for dir in elsewhere {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.extension().is_some_and(|e| e == "sql") {
-                    let text = std::fs::read_to_string(&path).unwrap().to_uppercase();
-                    assert!(
-                        !text.contains("CREATE FUNCTION") && !text.contains("REPLACE FUNCTION"),
-                        "{} defines a function; its home is migrations/functions/",
+        // Under sql/: a file that defines a function is named after it and
+        // listed in FUNCTIONS with its text; every other file (a statement
+        // the library sends) defines none.
+        let mut function_files = Vec::new();
+        let mut stems = std::collections::BTreeSet::new();
+        for path in sql_files(&root.join("sql")) {
+            let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+            assert!(
+                stems.insert(stem),
+                "two files of sql/ are named {}: each name says one thing",
+                path.display()
+            );
+            let text = std::fs::read_to_string(&path).unwrap();
+            let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+            match FUNCTIONS.iter().find(|(n, _)| *n == stem) {
+                Some((_, listed)) if defines_a_function(&text) => {
+                    assert_eq!(
+                        *listed,
+                        text,
+                        "FUNCTIONS' text for {stem} is not {}",
                         path.display()
                     );
+                    function_files.push(stem);
                 }
+                _ => assert!(
+                    !defines_a_function(&text),
+                    "{} defines a function: name the file after it and list it in FUNCTIONS",
+                    path.display()
+                ),
             }
+        }
+        function_files.sort();
+        assert_eq!(
+            names, function_files,
+            "FUNCTIONS and the function files of sql/ disagree"
+        );
+        // The migrations (migrations/, at any depth) define no function:
+        // functions live in sql/ and are applied before the migrations.
+        for path in sql_files(&root.join("migrations")) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !defines_a_function(&text),
+                "{} defines a function; its home is sql/<area>/",
+                path.display()
+            );
         }
     }
 }

@@ -10,6 +10,15 @@
 //! statement texts. PL/pgSQL functions live in `migrations/functions/`, one
 //! file each (`migrations::FUNCTIONS`).
 
+/// The text of a file of `sql/` (the repository's top), named by its path
+/// there: `sql!("claim/claim.sql")`. Every statement file and function file
+/// is read this way (`sql/README.md`).
+macro_rules! sql {
+    ($path:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", $path))
+    };
+}
+
 mod claim;
 #[cfg(feature = "dashboard")]
 pub(crate) mod dashboard;
@@ -225,7 +234,7 @@ impl Queries {
         if let Some(queries) = cache.get(&(schema.to_string(), pooled)) {
             return queries;
         }
-        let columns = include_str!("job_columns.sql").trim();
+        let columns = sql!("inspect/job_columns.sql").trim();
         let load = |sql: &str| {
             let sql = sql.replace("{job_columns}", columns);
             leak(in_schema(&sql, schema))
@@ -242,72 +251,72 @@ impl Queries {
             job_cancel_channel: leak(format!("{schema}.job_cancel")),
             queue_changed_channel: leak(format!("{schema}.queue_changed")),
             ring_channel: leak(format!("{schema}.ring")),
-            insert_jobs: load(include_str!("insert_jobs.sql")),
-            insert_job: load(include_str!("insert_job.sql")),
-            notify: load(include_str!("notify.sql")),
-            copy_jobs: load(include_str!("copy_jobs.sql")),
-            defer_notify: load(include_str!("defer_notify.sql")),
-            fetch_job: load(include_str!("fetch_job.sql")),
-            fetch_job_anywhere: load(include_str!("fetch_job_anywhere.sql")),
-            fetch_state: load(include_str!("fetch_state.sql")),
-            fetch_state_anywhere: load(include_str!("fetch_state_anywhere.sql")),
-            promote: load(include_str!("promote.sql")),
-            claim: load(include_str!("claim.sql")),
+            insert_jobs: load(sql!("enqueue/insert_jobs.sql")),
+            insert_job: load(sql!("enqueue/insert_job.sql")),
+            notify: load(sql!("enqueue/notify.sql")),
+            copy_jobs: load(sql!("enqueue/copy_jobs.sql")),
+            defer_notify: load(sql!("enqueue/defer_notify.sql")),
+            fetch_job: load(sql!("inspect/fetch_job.sql")),
+            fetch_job_anywhere: load(sql!("inspect/fetch_job_anywhere.sql")),
+            fetch_state: load(sql!("inspect/fetch_state.sql")),
+            fetch_state_anywhere: load(sql!("inspect/fetch_state_anywhere.sql")),
+            promote: load(sql!("claim/promote.sql")),
+            claim: load(sql!("claim/claim.sql")),
             claim_statement: load("SELECT conveyor_internal.claim_statement($1::integer)"),
-            complete: load(include_str!("complete.sql")),
-            heartbeat: load(include_str!("heartbeat.sql")),
-            count_leases_lost: load(include_str!("count_leases_lost.sql")),
-            recorded: load(include_str!("recorded.sql")),
-            release: load(include_str!("release.sql")),
-            rescue: load(include_str!("rescue.sql")),
+            complete: load(sql!("outcome/complete.sql")),
+            heartbeat: load(sql!("lease/heartbeat.sql")),
+            count_leases_lost: load(sql!("stats/count_leases_lost.sql")),
+            recorded: load(sql!("outcome/recorded.sql")),
+            release: load(sql!("lease/release.sql")),
+            rescue: load(sql!("maintenance/rescue.sql")),
             settle_claims: load("SELECT conveyor_internal.settle_claims($1)"),
             settle_expired_claims: load("SELECT conveyor_internal.settle_expired_claims($1::int)"),
-            rotate_ring: load(include_str!("rotate_ring.sql")),
-            ring_blocker: load(include_str!("ring_blocker.sql")),
-            after_finish: load(include_str!("after_finish.sql")),
-            spawn: load(include_str!("spawn.sql")),
-            existing_ids: load(include_str!("existing_ids.sql")),
-            fetch_workflow: load(include_str!("fetch_workflow.sql")),
-            workflow_results: load(include_str!("workflow_results.sql")),
-            cancel: load(include_str!("cancel.sql")),
-            requeue: load(include_str!("requeue.sql")),
-            enqueue_unique: load(include_str!("enqueue_unique.sql")),
-            lock_queue: load(include_str!("lock_queue.sql")),
-            queue_limits: load(include_str!("queue_limits.sql")),
-            count_starts: load(include_str!("count_starts.sql")),
-            queue_settings: load(include_str!("queue_settings.sql")),
-            list_jobs: load(include_str!("list_jobs.sql")),
-            worker_register: load(include_str!("worker_register.sql")),
-            worker_beat: load(include_str!("worker_beat.sql")),
-            worker_deregister: load(include_str!("worker_deregister.sql")),
-            workers_mark_dead: load(include_str!("workers_mark_dead.sql")),
-            workers_list: load(include_str!("workers_list.sql")),
+            rotate_ring: load(sql!("ring/call_rotate_ring.sql")),
+            ring_blocker: load(sql!("ring/ring_blocker.sql")),
+            after_finish: load(sql!("workflow/call_after_finish.sql")),
+            spawn: load(sql!("workflow/call_spawn.sql")),
+            existing_ids: load(sql!("enqueue/existing_ids.sql")),
+            fetch_workflow: load(sql!("workflow/fetch_workflow.sql")),
+            workflow_results: load(sql!("workflow/workflow_results.sql")),
+            cancel: load(sql!("inspect/call_cancel.sql")),
+            requeue: load(sql!("inspect/call_requeue.sql")),
+            enqueue_unique: load(sql!("enqueue/call_enqueue_unique.sql")),
+            lock_queue: load(sql!("claim/lock_queue.sql")),
+            queue_limits: load(sql!("claim/queue_limits.sql")),
+            count_starts: load(sql!("claim/count_starts.sql")),
+            queue_settings: load(sql!("queues/queue_settings.sql")),
+            list_jobs: load(sql!("inspect/list_jobs.sql")),
+            worker_register: load(sql!("workers/worker_register.sql")),
+            worker_beat: load(sql!("workers/worker_beat.sql")),
+            worker_deregister: load(sql!("workers/worker_deregister.sql")),
+            workers_mark_dead: load(sql!("workers/workers_mark_dead.sql")),
+            workers_list: load(sql!("workers/workers_list.sql")),
             list_job_ids: load(
-                &include_str!("list_job_ids.sql")
-                    .replace("{list_jobs}", include_str!("list_jobs.sql")),
+                &sql!("inspect/list_job_ids.sql")
+                    .replace("{list_jobs}", sql!("inspect/list_jobs.sql")),
             ),
-            count_jobs: load(include_str!("count_jobs.sql")),
-            queue_stats: load(include_str!("queue_stats.sql")),
+            count_jobs: load(sql!("inspect/count_jobs.sql")),
+            queue_stats: load(sql!("inspect/queue_stats.sql")),
             #[cfg(feature = "metrics")]
-            metrics_totals: load(include_str!("metrics_totals.sql")),
+            metrics_totals: load(sql!("metrics/metrics_totals.sql")),
             #[cfg(feature = "metrics")]
-            metrics_queues: load(include_str!("metrics_queues.sql")),
+            metrics_queues: load(sql!("metrics/metrics_queues.sql")),
             #[cfg(feature = "metrics")]
-            metrics_sample: load(include_str!("metrics_sample.sql")),
-            stats: load(include_str!("stats.sql")),
-            delete_jobs: load(include_str!("delete_jobs.sql")),
-            delete_job: load(include_str!("delete_job.sql")),
-            enqueued_jobs: load(include_str!("enqueued_jobs.sql")),
-            prune: load(include_str!("prune.sql")),
-            drop_history: load(include_str!("drop_history.sql")),
-            create_history: load(include_str!("create_history.sql")),
-            prune_leftovers: load(include_str!("prune_leftovers.sql")),
-            prune_stats: load(include_str!("prune_stats.sql")),
-            fold_stats: load(include_str!("fold_stats.sql")),
-            stats_unfolded: load(include_str!("stats_unfolded.sql")),
-            periodic_last_slots: load(include_str!("periodic_last_slots.sql")),
-            periodic_record_slot: load(include_str!("periodic_record_slot.sql")),
-            periodic_announce: load(include_str!("periodic_announce.sql")),
+            metrics_sample: load(sql!("metrics/metrics_sample.sql")),
+            stats: load(sql!("stats/stats.sql")),
+            delete_jobs: load(sql!("inspect/delete_jobs.sql")),
+            delete_job: load(sql!("inspect/delete_job.sql")),
+            enqueued_jobs: load(sql!("inspect/enqueued_jobs.sql")),
+            prune: load(sql!("maintenance/prune.sql")),
+            drop_history: load(sql!("maintenance/drop_history.sql")),
+            create_history: load(sql!("maintenance/create_history.sql")),
+            prune_leftovers: load(sql!("maintenance/prune_leftovers.sql")),
+            prune_stats: load(sql!("stats/prune_stats.sql")),
+            fold_stats: load(sql!("stats/fold_stats.sql")),
+            stats_unfolded: load(sql!("stats/stats_unfolded.sql")),
+            periodic_last_slots: load(sql!("periodic/periodic_last_slots.sql")),
+            periodic_record_slot: load(sql!("periodic/periodic_record_slot.sql")),
+            periodic_announce: load(sql!("periodic/periodic_announce.sql")),
             create_schema: leak(format!(
                 "CREATE SCHEMA IF NOT EXISTS {schema}; CREATE SCHEMA IF NOT EXISTS {schema}_internal"
             )),
@@ -339,12 +348,22 @@ mod template_test {
     /// then ends the comment early: the statement breaks.
     #[test]
     fn no_statement_names_a_placeholder_in_a_comment() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/db");
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "sql") {
-                continue;
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sql"
+        ))];
+        let mut files = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "sql") {
+                    files.push(path);
+                }
             }
+        }
+        for path in files {
             let text = std::fs::read_to_string(&path).unwrap();
             for line in text.lines() {
                 let Some((_, comment)) = line.split_once("--") else {

@@ -24,9 +24,9 @@ use uuid::Uuid;
 
 use crate::common::{TestDb, WAIT};
 
-const HEARTBEAT: &str = include_str!("../../src/db/heartbeat.sql");
-const COMPLETE: &str = include_str!("../../src/db/complete.sql");
-const AFTER_FINISH: &str = include_str!("../../src/db/after_finish.sql");
+const HEARTBEAT: &str = include_str!("../../sql/lease/heartbeat.sql");
+const COMPLETE: &str = include_str!("../../sql/outcome/complete.sql");
+const AFTER_FINISH: &str = include_str!("../../sql/workflow/call_after_finish.sql");
 
 /// Rounds at most: each renews the leases of `2 * BATCH` fresh jobs while
 /// the outcomes of `BATCH` of them are recorded.
@@ -253,8 +253,8 @@ async fn lease_renewals_and_outcome_batches_of_the_same_jobs_never_deadlock() {
 /// it answered busy (one another transaction held). Returns how many ids
 /// were answered.
 async fn cancel_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<usize, sqlx::Error> {
-    const CANCEL_JOBS: &str = include_str!("../../src/db/dashboard_cancel_jobs.sql");
-    const CANCEL: &str = include_str!("../../src/db/cancel.sql");
+    const CANCEL_JOBS: &str = include_str!("../../sql/dashboard/dashboard_cancel_jobs.sql");
+    const CANCEL: &str = include_str!("../../sql/inspect/call_cancel.sql");
     let rows = sqlx::query(CANCEL_JOBS)
         .persistent(false)
         .bind(ids)

@@ -389,7 +389,7 @@ async fn folding_and_rescues_keep_the_totals_exact() {
         .execute(&db.pool)
         .await
         .unwrap();
-    sqlx::query(include_str!("../../src/db/fold_stats.sql"))
+    sqlx::query(include_str!("../../sql/stats/fold_stats.sql"))
         .bind(chrono::Utc::now() - chrono::Duration::hours(2))
         .execute(&db.pool)
         .await
@@ -510,7 +510,7 @@ async fn a_lease_lost_is_served_by_any_metrics_process_and_outlives_the_rollups(
         .execute(&db.pool)
         .await
         .unwrap();
-    sqlx::query(include_str!("../../src/db/fold_stats.sql"))
+    sqlx::query(include_str!("../../sql/stats/fold_stats.sql"))
         .bind(chrono::Utc::now() - chrono::Duration::hours(2))
         .execute(&db.pool)
         .await
@@ -664,18 +664,18 @@ async fn counts_over_the_cap_are_flagged_estimates_near_the_truth() {
 /// (`pg_stat_xact_user_tables`: this transaction's own counts).
 async fn rows_read(db: &TestDb, cap: i64, budget: i64, pages: i64) -> (i64, i64) {
     let mut tx = db.pool.begin().await.unwrap();
-    sqlx::raw_sql(include_str!("../../src/db/metrics_settings.sql"))
+    sqlx::raw_sql(include_str!("../../sql/metrics/metrics_settings.sql"))
         .execute(&mut *tx)
         .await
         .unwrap();
-    let rows = sqlx::query(include_str!("../../src/db/metrics_queues.sql"))
+    let rows = sqlx::query(include_str!("../../sql/metrics/metrics_queues.sql"))
         .bind(cap)
         .bind(budget)
         .fetch_all(&mut *tx)
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
-    sqlx::query(include_str!("../../src/db/metrics_sample.sql"))
+    sqlx::query(include_str!("../../sql/metrics/metrics_sample.sql"))
         .bind(pages)
         .bind(17.0_f64)
         .fetch_all(&mut *tx)

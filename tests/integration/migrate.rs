@@ -223,14 +223,28 @@ async fn the_database_holds_exactly_the_functions_of_the_function_files() {
         aggregates,
         ["histogram_count conveyor_internal.histogram_count_step"]
     );
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/functions");
-    let mut files: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.trim_end_matches(".sql").to_string()
-        })
-        .collect();
+    // The function files of sql/ (any folder): those that create a function,
+    // named after it; the other files are statements.
+    let mut dirs = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/sql"
+    ))];
+    let mut files: Vec<String> = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "sql")
+                && std::fs::read_to_string(&path)
+                    .unwrap()
+                    .contains("CREATE OR REPLACE FUNCTION")
+            {
+                let name = path.file_stem().unwrap().to_str().unwrap();
+                files.push(name.to_string());
+            }
+        }
+    }
     // define_ready_slot.sql also writes claim_ready() and ready_slot(),
     // whose bodies hold the ring's current bank.
     files.push("claim_ready".to_string());

@@ -394,7 +394,7 @@ async fn a_reader_holding_the_ring_delays_rotation_but_not_claims() {
         .await
         .unwrap();
     let blocker: Option<(i32, String, f64)> =
-        sqlx::query_as(include_str!("../../src/db/ring_blocker.sql"))
+        sqlx::query_as(include_str!("../../sql/ring/ring_blocker.sql"))
             .bind(0.0_f64)
             .fetch_optional(&db.pool)
             .await
@@ -793,7 +793,7 @@ async fn the_ring_upkeep_runs_once_per_gap_whoever_calls_it() {
     assert!(pass("1 hour").await, "a pass in the future does not count");
     assert!(!pass("1 hour").await);
     // The workers' own call asks for the gap.
-    let statement = include_str!("../../src/db/rotate_ring.sql");
+    let statement = include_str!("../../sql/ring/call_rotate_ring.sql");
     assert!(statement.contains("min_gap => '200 milliseconds'"));
 }
 

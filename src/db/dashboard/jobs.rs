@@ -103,7 +103,7 @@ async fn list_on(
             Some(Cursor::FinishedBefore(at, id)) => (Some(at), Some(id)),
             _ => (None, None),
         };
-        sqlx::query_as(statement(q, include_str!("../dashboard_jobs_finished.sql")))
+        sqlx::query_as(statement(q, sql!("dashboard/dashboard_jobs_finished.sql")))
             .persistent(false)
             .bind(page.state.as_str())
             .bind(page.queue)
@@ -122,7 +122,7 @@ async fn list_on(
             _ => None,
         };
         if page.state == JobState::Pending {
-            sqlx::query_as(statement(q, include_str!("../dashboard_jobs_pending.sql")))
+            sqlx::query_as(statement(q, sql!("dashboard/dashboard_jobs_pending.sql")))
                 .persistent(false)
                 .bind(page.queue)
                 .bind(page.task)
@@ -133,7 +133,7 @@ async fn list_on(
                 .fetch_all(q.on(&mut *conn))
                 .await?
         } else {
-            sqlx::query_as(statement(q, include_str!("../dashboard_jobs_active.sql")))
+            sqlx::query_as(statement(q, sql!("dashboard/dashboard_jobs_active.sql")))
                 .persistent(false)
                 .bind(page.state.as_str())
                 .bind(page.queue)
@@ -161,22 +161,19 @@ pub(crate) async fn count_jobs(
     let (args, error) = (search.args.as_ref(), search.error.as_deref());
     bounded(pool, async |conn| {
         let count = if page.state.is_final() {
-            sqlx::query_scalar(statement(
-                q,
-                include_str!("../dashboard_count_finished.sql"),
-            ))
-            .persistent(false)
-            .bind(page.state.as_str())
-            .bind(page.queue)
-            .bind(page.task)
-            .bind(args)
-            .bind(error)
-            .bind(search.finished_within_secs)
-            .bind(cap)
-            .fetch_one(q.on(&mut *conn))
-            .await?
+            sqlx::query_scalar(statement(q, sql!("dashboard/dashboard_count_finished.sql")))
+                .persistent(false)
+                .bind(page.state.as_str())
+                .bind(page.queue)
+                .bind(page.task)
+                .bind(args)
+                .bind(error)
+                .bind(search.finished_within_secs)
+                .bind(cap)
+                .fetch_one(q.on(&mut *conn))
+                .await?
         } else if page.state == JobState::Pending {
-            sqlx::query_scalar(statement(q, include_str!("../dashboard_count_pending.sql")))
+            sqlx::query_scalar(statement(q, sql!("dashboard/dashboard_count_pending.sql")))
                 .persistent(false)
                 .bind(page.queue)
                 .bind(page.task)
@@ -186,7 +183,7 @@ pub(crate) async fn count_jobs(
                 .fetch_one(q.on(&mut *conn))
                 .await?
         } else {
-            sqlx::query_scalar(statement(q, include_str!("../dashboard_count_active.sql")))
+            sqlx::query_scalar(statement(q, sql!("dashboard/dashboard_count_active.sql")))
                 .persistent(false)
                 .bind(page.state.as_str())
                 .bind(page.queue)
@@ -211,7 +208,7 @@ pub(crate) async fn jobs_by_id_range(
     limit: i64,
 ) -> Result<Vec<JobSummary>> {
     Ok(
-        sqlx::query_as(statement(q, include_str!("../dashboard_jobs_by_id.sql")))
+        sqlx::query_as(statement(q, sql!("dashboard/dashboard_jobs_by_id.sql")))
             .bind(low)
             .bind(high)
             .bind(limit)
@@ -231,7 +228,7 @@ pub(crate) async fn cancel_jobs(
     ids: &[JobId],
 ) -> Result<Vec<(JobId, Option<String>)>> {
     let rows: Vec<(JobId, Option<String>, bool)> =
-        sqlx::query_as(statement(q, include_str!("../dashboard_cancel_jobs.sql")))
+        sqlx::query_as(statement(q, sql!("dashboard/dashboard_cancel_jobs.sql")))
             .persistent(false)
             .bind(ids)
             .fetch_all(q.on(pool))
@@ -258,7 +255,7 @@ pub(crate) async fn workflow_jobs(
     workflow: uuid::Uuid,
     limit: i64,
 ) -> Result<Vec<WorkflowJob>> {
-    let sql = statement(q, include_str!("../dashboard_workflow_jobs.sql"));
+    let sql = statement(q, sql!("dashboard/dashboard_workflow_jobs.sql"));
     Ok(sqlx::query_as(sql)
         .persistent(false)
         .bind(workflow)

@@ -43,14 +43,14 @@ pub(crate) struct Leader {
 
 pub(crate) async fn periodic_schedules(pool: &PgPool, q: &Queries) -> Result<Vec<Schedule>> {
     Ok(
-        sqlx::query_as(statement(q, include_str!("../dashboard_periodic.sql")))
+        sqlx::query_as(statement(q, sql!("dashboard/dashboard_periodic.sql")))
             .fetch_all(q.on(pool))
             .await?,
     )
 }
 
 pub(crate) async fn periodic_leader(pool: &PgPool, q: &Queries) -> Result<Leader> {
-    let sql = statement(q, include_str!("../dashboard_periodic_leader.sql"));
+    let sql = statement(q, sql!("dashboard/dashboard_periodic_leader.sql"));
     Ok(sqlx::query_as(sql)
         .bind(crate::db::periodic_lock_name(q))
         .fetch_one(q.on(pool))

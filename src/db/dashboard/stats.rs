@@ -44,7 +44,7 @@ pub(crate) async fn chart(
 ) -> Result<(ChartWindow, Vec<StatsPoint>)> {
     bounded(pool, async |conn| {
         let window: ChartWindow =
-            sqlx::query_as(statement(q, include_str!("../dashboard_stats_window.sql")))
+            sqlx::query_as(statement(q, sql!("dashboard/dashboard_stats_window.sql")))
                 .persistent(false)
                 .bind(chart.step_minutes)
                 .bind(chart.buckets)

@@ -70,7 +70,7 @@ pub(crate) async fn list_workflows(
     limit: i64,
 ) -> Result<Vec<WorkflowSummary>> {
     Ok(
-        sqlx::query_as(statement(q, include_str!("../dashboard_workflows.sql")))
+        sqlx::query_as(statement(q, sql!("dashboard/dashboard_workflows.sql")))
             .persistent(false)
             .bind(state)
             .bind(kind)
@@ -88,7 +88,7 @@ pub(crate) async fn workflow_tree(
     id: uuid::Uuid,
 ) -> Result<Vec<WorkflowNode>> {
     Ok(
-        sqlx::query_as(statement(q, include_str!("../dashboard_workflow_tree.sql")))
+        sqlx::query_as(statement(q, sql!("dashboard/dashboard_workflow_tree.sql")))
             .bind(id)
             .fetch_all(q.on(pool))
             .await?,
@@ -104,7 +104,7 @@ pub(crate) async fn graph_jobs(
     per_workflow: i64,
     also: &[JobId],
 ) -> Result<Vec<GraphJob>> {
-    let sql = statement(q, include_str!("../dashboard_workflow_graph_jobs.sql"));
+    let sql = statement(q, sql!("dashboard/dashboard_workflow_graph_jobs.sql"));
     Ok(sqlx::query_as(sql)
         .persistent(false)
         .bind(workflows)
