@@ -348,7 +348,7 @@ pub struct FinishedCounter {
 impl FinishedCounter {
     /// Listens for `job_finished` as a `Client` awaiting a `JobHandle`
     /// does: with the shared lock that has outcomes announced at all
-    /// (src/db/notify.sql).
+    /// (sql/enqueue/notify.sql).
     pub async fn listen(url: &str) -> Result<FinishedCounter> {
         let mut listener = PgListener::connect(url).await?;
         listener.listen("conveyor.job_finished").await?;

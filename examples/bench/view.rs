@@ -21,7 +21,7 @@ use crate::support::{BenchDb, Result, median};
 /// The queue the running jobs hold their claims in.
 const RUNNING_QUEUE: &str = "bench_running";
 
-/// Columns the library reads for a whole job (`src/db/job_columns.sql`).
+/// Columns the library reads for a whole job (`sql/inspect/job_columns.sql`).
 const JOB_COLUMNS: &str = include_str!("../../sql/inspect/job_columns.sql");
 
 /// One read: a name, and its SQL on `conveyor.jobs` with the values

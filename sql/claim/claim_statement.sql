@@ -39,7 +39,7 @@
 -- the statement, conveyor_internal.settle_expired_claims()); their own rows are not written
 -- (pending on disk; conveyor.claims). Jobs whose row is no longer pending
 -- are left out. (The attempt saturates: a hand-written attempt of 2^31 - 1
--- must not fail the claim.) The columns returned are those of src/db/job_columns.sql,
+-- must not fail the claim.) The columns returned are those of sql/inspect/job_columns.sql,
 -- as base types (what conveyor_internal.claim_ready() declares).
 CREATE OR REPLACE FUNCTION conveyor_internal.claim_statement(bank integer) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$

@@ -2,7 +2,7 @@
 -- whose row this statement can lock without waiting, in one statement; each
 -- job's state afterwards (NULL: gone), and `busy` for a job another
 -- transaction holds right now (a claim, an outcome batch, a lease renewal):
--- the caller cancels those one at a time (cancel.sql).
+-- the caller cancels those one at a time (call_cancel.sql).
 --
 -- Never waits for a row lock: the rows are locked in id order with SKIP
 -- LOCKED before any call (conveyor.cancel() then finds its row already

@@ -2,7 +2,7 @@
 -- now). "Now" is the statement's start, the same for every job one statement
 -- inserts. With initial_state(), this is the one definition of the rule every
 -- way into conveyor.jobs applies (insert_job_specs() and the Rust client's
--- statements in src/db/insert_job.sql and insert_jobs.sql; COPY takes only
+-- statements in sql/enqueue/insert_job.sql and insert_jobs.sql; COPY takes only
 -- jobs due now, which the column defaults describe). A plain SQL function,
 -- so the planner inlines it: it costs no call.
 CREATE OR REPLACE FUNCTION conveyor_internal.due_at(run_at timestamptz, delay_secs float8)

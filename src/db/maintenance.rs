@@ -50,7 +50,7 @@ pub(crate) async fn rescue(pool: &PgPool, q: &Queries, limit: i64) -> Result<Opt
 }
 
 /// What one pass of the ready ring's upkeep found (see
-/// `migrations/functions/rotate_ring.sql`).
+/// `sql/ring/rotate_ring.sql`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RingPass {
     /// The bank of slots taking inserts, which claims read.

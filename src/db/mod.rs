@@ -1,14 +1,16 @@
-//! The only place SQL lives.
+//! The only place the library sends SQL from.
 //!
-//! Every statement is a `.sql` file beside this module, written against the
-//! schema `conveyor`; [`Queries::for_schema`] rewrites the schema name once per
-//! schema and keeps the texts for the life of the process. Each function here
-//! runs one statement on whatever connection it is given (a pool, a pooled
+//! Every statement is a `.sql` file of `sql/<area>/` at the repository's
+//! top (read with `sql!`), written against the schema `conveyor`;
+//! [`Queries::for_schema`] rewrites the schema name once per schema and
+//! keeps the texts for the life of the process. Each function here runs one
+//! statement on whatever connection it is given (a pool, a pooled
 //! connection, or the caller's transaction). One module per area:
 //! `enqueue`, `claim`, `outcome` (what a claim's holder writes), `queues`,
 //! `inspect`, `workflows`, `maintenance`, `migrations`; this file holds the
-//! statement texts. PL/pgSQL functions live in `migrations/functions/`, one
-//! file each (`migrations::FUNCTIONS`).
+//! statement texts. PL/pgSQL functions live in `sql/<area>/` too, one file
+//! each, named after the function (`migrations::FUNCTIONS`); `sql/README.md`
+//! tells them apart.
 
 /// The text of a file of `sql/` (the repository's top), named by its path
 /// there: `sql!("claim/claim.sql")`. Every statement file and function file

@@ -76,7 +76,7 @@ impl WaiterHub {
                     &self.connector,
                     vec![self.queries.job_finished_channel],
                     // Outcomes are announced only while someone holds this
-                    // (src/db/notify.sql).
+                    // (sql/enqueue/notify.sql).
                     Some(self.queries.finished_listener_lock),
                     move |event| {
                         let Some(hub) = hub.upgrade() else { return };

@@ -6,7 +6,7 @@
 //! and the `conveyor.workflows` rows. What comes later (the next chain step,
 //! a chord's callback, success and error callbacks) is inserted by
 //! `conveyor_internal.after_finish()` in the transaction that records the outcome it
-//! depends on. See `migrations/functions/spawn.sql` and `after_finish.sql`.
+//! depends on. See `sql/workflow/spawn.sql` and `after_finish.sql`.
 //!
 //! **Passing results.** A step added with [`Chain::then`] (or a callback added
 //! with [`Group::then`], [`crate::NewJob::on_success`]) is *mutable*: its

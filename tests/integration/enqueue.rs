@@ -449,7 +449,7 @@ async fn claiming_reads_only_the_ready_ring_whatever_the_history() {
     .execute(&db.pool)
     .await
     .unwrap();
-    // The claim's row selection (src/db/claim.sql): the ready ring holds
+    // The claim's row selection (sql/claim/claim.sql): the ready ring holds
     // the ten runnable jobs and nothing else.
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT)

@@ -1,8 +1,8 @@
 //! Deadlocks between statements that lock job rows in batches
 //! (docs/decisions/2026-11-25-lock-order.md). A worker renews the leases of
-//! every job it holds (`src/db/heartbeat.sql`, leases sorted by id) while
+//! every job it holds (`sql/lease/heartbeat.sql`, leases sorted by id) while
 //! its completer records the outcomes of some of the same jobs
-//! (`src/db/complete.sql`, in the order they finished). Each statement
+//! (`sql/outcome/complete.sql`, in the order they finished). Each statement
 //! locks its rows in the order its plan meets them: the id order of an
 //! index scan, the order of the input array when the planner hashes the
 //! table and probes it with the array, or the rows' order on disk. Two
@@ -90,7 +90,7 @@ async fn renew(
 
 /// `complete.sql` as `db::complete` runs it, outcomes in the order given
 /// (success, failure and retry mixed); with `follow_up`, inside a
-/// transaction followed by `after_finish.sql`, as the completer does for
+/// transaction followed by `call_after_finish.sql`, as the completer does for
 /// jobs with follow-up work. Returns how many outcomes were written.
 async fn record(
     conn: &mut PgConnection,
@@ -249,7 +249,7 @@ async fn lease_renewals_and_outcome_batches_of_the_same_jobs_never_deadlock() {
 }
 
 /// The dashboard's bulk cancel as `db::dashboard::cancel_jobs` runs it:
-/// `dashboard_cancel_jobs.sql` over every id, then `cancel.sql` on each job
+/// `dashboard_cancel_jobs.sql` over every id, then `call_cancel.sql` on each job
 /// it answered busy (one another transaction held). Returns how many ids
 /// were answered.
 async fn cancel_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<usize, sqlx::Error> {
@@ -317,7 +317,7 @@ async fn claims_meeting(operator: Operator) {
         }
         let to_act: Vec<Uuid> = ids.iter().step_by(2).copied().collect();
         let tasks = vec!["work".to_string()];
-        // What the worker sends (src/db/claim.sql).
+        // What the worker sends (sql/claim/claim.sql).
         let claiming =
             sqlx::query("SELECT * FROM conveyor_internal.claim_ready($1, $2, $3, $4, $5, $6, $7)")
                 .bind("default")

@@ -387,7 +387,7 @@ async fn a_reader_holding_the_ring_delays_rotation_but_not_claims() {
     })
     .await;
     assert!(ring_bytes(&db.pool).await > 0, "nothing could be truncated");
-    // The rotator names the holder in a warning (src/db/ring_blocker.sql,
+    // The rotator names the holder in a warning (sql/ring/ring_blocker.sql,
     // asked here for holders older than 0 s instead of 30).
     let reader_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut reader)

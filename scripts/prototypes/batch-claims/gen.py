@@ -8,10 +8,10 @@ docs/decisions/2026-11-25-batch-claims.md."""
 import re, pathlib, sys
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-M = ROOT / 'src/db'
+M = ROOT / 'sql'
 OUT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / 'out'
 OUT.mkdir(exist_ok=True)
-cols = (M/'job_columns.sql').read_text().strip()
+cols = (M/'inspect/job_columns.sql').read_text().strip()
 dp = []
 for k in range(8):
     dp.append(f"taken_{k} AS (DELETE FROM conveyor.ready_{k} WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = {k})) RETURNING job_id),")
@@ -33,7 +33,7 @@ SELECT (SELECT count(*) FROM counted), (SELECT string_agg(id::text, ',') FROM {r
 
 B = 500
 # --- C0: today's claim and complete
-claim = strip_comments((M/'claim.sql').read_text()).replace('{delete_picked}', delete_picked).replace('{job_columns}', cols)
+claim = strip_comments((M/'claim/claim.sql').read_text()).replace('{delete_picked}', delete_picked).replace('{job_columns}', cols)
 subs = {'$1': "'bench'::text", '$2': "'{noop}'::text[]", '$3': f"{B}", '$4': '60', '$5': "'raw'::text", '$6': 'NULL', '$7': 'NULL'}
 for k in sorted(subs, reverse=True):
     claim = claim.replace(k, subs[k])
@@ -42,7 +42,7 @@ claim = claim.rstrip().rstrip(';')
 head, upd = claim.split("\nUPDATE conveyor.jobs_unfinished j", 1)
 upd = "UPDATE conveyor.jobs_unfinished j" + upd
 c0_claim = head + ",\nclaimed AS (" + upd + ")\nSELECT array_agg(id)::text AS ids, array_agg(lease_token)::text AS toks, count(*) AS n FROM claimed \\gset\n"
-comp = strip_comments((M/'complete.sql').read_text())
+comp = strip_comments((M/'outcome/complete.sql').read_text())
 csubs = {'$1': ':ids::uuid[]', '$2': ':toks::bigint[]', '$3': f"array_fill('success'::text, ARRAY[:n::int])",
          '$4': "array_fill('null'::jsonb, ARRAY[:n::int])", '$5': "array_fill(NULL::text, ARRAY[:n::int])",
          '$6': "array_fill(NULL::float8, ARRAY[:n::int])", '$7': "array_fill(1::float8, ARRAY[:n::int])"}
