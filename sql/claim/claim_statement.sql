@@ -92,12 +92,12 @@ SELECT j.id, j.queue::text, j.task::text, j.args, j.headers::jsonb, j.state, j.p
        j.created_at::timestamptz, j.started_at::timestamptz, j.finished_at,
        j.workflow_id, j.workflow_index, j.on_success, j.on_error, j.lease_token
 FROM claimed j$claim$,
-    bank * 8,
-    bank * 8 + 7,
+    bank * {ring_slots},
+    bank * {ring_slots} + {ring_slots} - 1,
     (SELECT string_agg(format('taken_%1$s AS (DELETE FROM conveyor.ready_%1$s WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked WHERE slot = %1$s)) RETURNING job_id)', k), E',\n' ORDER BY k)
-     FROM generate_series(bank * 8, bank * 8 + 7) AS k),
+     FROM generate_series(bank * {ring_slots}, bank * {ring_slots} + {ring_slots} - 1) AS k),
     (SELECT string_agg(format('SELECT job_id FROM taken_%s', k), ' UNION ALL ' ORDER BY k)
-     FROM generate_series(bank * 8, bank * 8 + 7) AS k))
+     FROM generate_series(bank * {ring_slots}, bank * {ring_slots} + {ring_slots} - 1) AS k))
 $fn$;
 
 COMMENT ON FUNCTION conveyor_internal.claim_statement(integer) IS

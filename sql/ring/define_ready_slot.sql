@@ -44,15 +44,18 @@
 -- (docs/decisions/2026-11-29-claim-turns-without-a-snapshot.md). Turns only
 -- spare claims each other's locked rows: SKIP LOCKED keeps claims correct
 -- without them.
--- Returns whether either body changed. (Changing the slot count or length
--- means changing this, claim_statement(), src/db/ring.rs (the bank count) and
--- conveyor_internal.rotate_ring() together.)
+-- Returns whether either body changed. (The slot count is written once, as
+-- the placeholder ring_slots in braces, which the library replaces with
+-- RING_SLOTS of src/db/ring.rs in this file, claim_statement(),
+-- ready_bank_tables() and rotate_ring(); the slot length, one second, is
+-- written here and in rotate_ring(). Changing either also needs a migration
+-- for the slot tables bank 0 has.)
 CREATE OR REPLACE FUNCTION conveyor_internal.define_ready_slot(bank integer) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     body text := format(
-        'SELECT (%s + floor(extract(epoch FROM statement_timestamp()))::bigint %% 8)::smallint',
-        define_ready_slot.bank * 8);
+        'SELECT (%s + floor(extract(epoch FROM statement_timestamp()))::bigint %% {ring_slots})::smallint',
+        define_ready_slot.bank * {ring_slots});
     claim text := format($claim$#variable_conflict use_column
 DECLARE
     -- The queue's two turns: claim_turn_<turn> and claim_turn_<turn + 1>.
@@ -125,8 +128,8 @@ BEGIN
          LANGUAGE sql STABLE PARALLEL SAFE AS %L', body);
     EXECUTE format(
         'COMMENT ON FUNCTION conveyor_internal.ready_slot() IS %L',
-        format('Internal. The conveyor.ready slot that takes inserts now: 8 * bank %s '
-               '(conveyor.ready_bank) + the statement''s second modulo 8. '
+        format('Internal. The conveyor.ready slot that takes inserts now: {ring_slots} * bank %s '
+               '(conveyor.ready_bank) + the statement''s second modulo {ring_slots}. '
                'Redefined by conveyor_internal.define_ready_slot() when the bank changes.',
                define_ready_slot.bank));
     RETURN true;

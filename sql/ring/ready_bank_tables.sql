@@ -14,8 +14,8 @@ DECLARE
     t regclass;
     made integer := 0;
 BEGIN
-    FOR k IN 0..7 LOOP
-        name := format('ready_%s', bank * 8 + k);
+    FOR k IN 0 .. {ring_slots} - 1 LOOP
+        name := format('ready_%s', bank * {ring_slots} + k);
         t := to_regclass(format('conveyor.%I', name));
         IF t IS NULL THEN
             EXECUTE format('CREATE TABLE conveyor.%I (LIKE conveyor.ready)', name);
@@ -26,7 +26,7 @@ BEGIN
         END IF;
         IF t IS NULL OR NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = t) THEN
             EXECUTE format('ALTER TABLE conveyor.ready ATTACH PARTITION conveyor.%I FOR VALUES IN (%s)',
-                           name, bank * 8 + k);
+                           name, bank * {ring_slots} + k);
             made := made + 1;
         END IF;
     END LOOP;
@@ -35,4 +35,4 @@ END
 $$;
 
 COMMENT ON FUNCTION conveyor_internal.ready_bank_tables(smallint) IS
-    'Internal. Creates and attaches the missing slot tables of a bank of conveyor.ready (conveyor.ready_<8 bank + k>); returns how many.';
+    'Internal. Creates and attaches the missing slot tables of a bank of conveyor.ready (conveyor.ready_<{ring_slots} bank + k>); returns how many.';

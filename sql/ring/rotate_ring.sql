@@ -123,12 +123,12 @@ BEGIN
         WHERE h.inhparent = 'conveyor.ready'::regclass AND c.relname ~ '^ready_[0-9]{1,5}$'
     ) AS s;
     slots := coalesce(slots, '{}');
-    SELECT coalesce(array_agg(DISTINCT slots[k] / 8), '{}') INTO held_banks
+    SELECT coalesce(array_agg(DISTINCT slots[k] / {ring_slots}), '{}') INTO held_banks
     FROM generate_subscripts(slots, 1) AS k WHERE holders[k] IS NOT NULL;
 
     -- The current bank's tables exist (they may not, if its row was
     -- written by hand).
-    IF (SELECT count(*) FROM unnest(slots) AS x WHERE x / 8 = cur) < 8 THEN
+    IF (SELECT count(*) FROM unnest(slots) AS x WHERE x / {ring_slots} = cur) < {ring_slots} THEN
         PERFORM conveyor_internal.ready_bank_tables(cur);
     END IF;
     -- Inserts go to the current bank (conveyor_internal.ready_slot()'s body
@@ -143,8 +143,8 @@ BEGIN
         BEGIN
             now_slot := conveyor_internal.ready_slot();
             PERFORM conveyor_internal.ready_bank_tables(target);
-            FOR k IN 0..7 LOOP
-                t := format('conveyor.ready_%s', target * 8 + k)::regclass;
+            FOR k IN 0 .. {ring_slots} - 1 LOOP
+                t := format('conveyor.ready_%s', target * {ring_slots} + k)::regclass;
                 IF pg_relation_size(t) > 0 THEN
                     -- Left over from an earlier use: carried into the slot
                     -- current until now, from where step 3 carries it back.
@@ -160,7 +160,7 @@ BEGIN
             SET bank = target, since = statement_timestamp(),
                 held_by = CASE WHEN target = 0 THEN NULL
                                ELSE (SELECT holders[k] FROM generate_subscripts(slots, 1) AS k
-                                     WHERE slots[k] / 8 = cur AND holders[k] IS NOT NULL LIMIT 1) END;
+                                     WHERE slots[k] / {ring_slots} = cur AND holders[k] IS NOT NULL LIMIT 1) END;
             PERFORM conveyor_internal.define_ready_slot(target);
             PERFORM pg_notify('conveyor.ring', target::text);
             cur := target;
@@ -194,7 +194,7 @@ BEGIN
                 -- Held: it cannot be emptied. In the current bank it is
                 -- left alone (no other bank was free); in another, its
                 -- runnable rows move to the current slot, row by row.
-                IF slots[i] / 8 <> cur THEN
+                IF slots[i] / {ring_slots} <> cur THEN
                     EXECUTE format(
                         'WITH moved AS (DELETE FROM %s RETURNING queue, priority, run_at, job_id, task),
                               added AS (INSERT INTO conveyor.ready (slot, queue, priority, run_at, job_id, task)
@@ -205,14 +205,14 @@ BEGIN
                 END IF;
                 CONTINUE;
             END IF;
-            IF slots[i] / 8 = cur THEN
+            IF slots[i] / {ring_slots} = cur THEN
                 -- Too many rows to carry: checked before taking any lock.
                 EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT $1 + 1) AS r', t)
                     INTO live USING carry_at_most;
                 CONTINUE WHEN live > carry_at_most;
             END IF;
             EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', t);
-            IF slots[i] / 8 = cur THEN
+            IF slots[i] / {ring_slots} = cur THEN
                 -- Again under the lock: rows committed since are counted now.
                 EXECUTE format('SELECT count(*) FROM (SELECT FROM %s LIMIT $1 + 1) AS r', t)
                     INTO live USING carry_at_most;
@@ -226,7 +226,7 @@ BEGIN
                 INTO carried USING now_slot;
             EXECUTE format('TRUNCATE %s', t);
             n_emptied := n_emptied + 1;
-            IF slots[i] / 8 <> cur THEN
+            IF slots[i] / {ring_slots} <> cur THEN
                 woken := woken || coalesce(carried, '{}');
             END IF;
         EXCEPTION WHEN lock_not_available THEN
@@ -239,16 +239,16 @@ BEGIN
     -- dropped, all eight slots or none.
     IF cur_since < statement_timestamp() - retire_after THEN
         FOR target IN
-            SELECT DISTINCT slots[k] / 8 FROM generate_subscripts(slots, 1) AS k
-            WHERE slots[k] / 8 NOT IN (0, cur)
+            SELECT DISTINCT slots[k] / {ring_slots} FROM generate_subscripts(slots, 1) AS k
+            WHERE slots[k] / {ring_slots} NOT IN (0, cur)
         LOOP
             BEGIN
                 CONTINUE WHEN EXISTS (
                     SELECT 1 FROM generate_subscripts(slots, 1) AS k
-                    WHERE slots[k] / 8 = target
+                    WHERE slots[k] / {ring_slots} = target
                       AND (holders[k] IS NOT NULL OR pg_relation_size(tabs[k]) > 0));
                 FOR i IN 1 .. array_length(slots, 1) LOOP
-                    CONTINUE WHEN slots[i] / 8 <> target;
+                    CONTINUE WHEN slots[i] / {ring_slots} <> target;
                     EXECUTE format('ALTER TABLE conveyor.ready DETACH PARTITION %s', tabs[i]);
                     EXECUTE format('DROP TABLE %s', tabs[i]);
                 END LOOP;

@@ -120,13 +120,24 @@ pub(crate) async fn apply_functions(conn: &mut PgConnection, q: &Queries) -> Res
         .execute(&mut *tx)
         .await?;
     for (_, text) in FUNCTIONS {
-        let sql = super::in_schema(text, q.schema);
+        let sql = function_text(text, q.schema);
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
             .execute(&mut *tx)
             .await?;
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// A function file's text as it is applied to `schema`: schema names
+/// rewritten ([`super::in_schema`]) and `{ring_slots}` replaced with
+/// [`super::ring::RING_SLOTS`], so the bodies the database holds name the
+/// number itself, as if written there.
+pub(crate) fn function_text(text: &str, schema: &str) -> String {
+    super::in_schema(
+        &text.replace("{ring_slots}", &super::ring::RING_SLOTS.to_string()),
+        schema,
+    )
 }
 
 /// Runs a batch of statements (a migration) in one transaction.
