@@ -176,17 +176,24 @@ async fn template() -> String {
         .get_or_init(|| async {
             use std::hash::{Hash, Hasher};
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
-            for sub in [dir.to_string(), format!("{dir}/functions")] {
-                let mut files: Vec<_> = std::fs::read_dir(&sub)
-                    .expect("migrations")
-                    .map(|e| e.expect("migration file").path())
-                    .filter(|p| p.is_file())
-                    .collect();
-                files.sort();
-                for file in files {
-                    std::fs::read_to_string(&file).expect("migration").hash(&mut hasher);
+            // The migrations and the files of sql/ (the function files among
+            // them), at any depth, in path order.
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            let mut dirs = vec![root.join("migrations"), root.join("sql")];
+            let mut files = Vec::new();
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).expect("migrations") {
+                    let path = entry.expect("migration file").path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                    } else if path.extension().is_some_and(|e| e == "sql") {
+                        files.push(path);
+                    }
                 }
+            }
+            files.sort();
+            for file in files {
+                std::fs::read_to_string(&file).expect("migration").hash(&mut hasher);
             }
             let name = format!("conveyor_template_{:016x}", hasher.finish());
             let admin = PgConnectOptions::from_str(&base_url()).expect("DATABASE_URL");
