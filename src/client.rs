@@ -237,7 +237,14 @@ impl Client {
     /// by a SQL filter: `SELECT conveyor.requeue(ARRAY(SELECT id FROM
     /// conveyor.jobs WHERE …))`.
     pub async fn requeue(&self, ids: &[JobId]) -> Result<u64> {
-        let n = db::requeue(&self.inner.pool, self.inner.queries, ids).await?;
+        let mut conn = self.inner.pool.acquire().await?;
+        self.requeue_tx(&mut conn, ids).await
+    }
+
+    /// [`Client::requeue`] on `conn` (e.g. the caller's transaction: the
+    /// jobs go back to `pending`, and workers are woken, at commit).
+    pub async fn requeue_tx(&self, conn: &mut PgConnection, ids: &[JobId]) -> Result<u64> {
+        let n = db::requeue(conn, self.inner.queries, ids).await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 

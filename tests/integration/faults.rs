@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use conveyor::{JobState, NewJob, Task, TaskContext, TaskError, Worker};
+use conveyor::{JobState, NewJob, Task, TaskContext, TaskError, Worker, WorkerHandle};
 use serde_json::{Value, json};
 
 use crate::common::{STEADY_LEASE, TestDb, WAIT, count_jobs, eventually};
@@ -207,6 +207,81 @@ async fn failed_jobs_stay_queryable_and_can_be_requeued_by_id_or_sql_filter() {
     }
     // Jobs in other states are left alone.
     assert_eq!(db.client.requeue(&[handles[0].id()]).await.unwrap(), 0);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// A worker whose `flaky` handler fails for good until `healthy` is set,
+/// and a `flaky` job it failed (one attempt, no retries).
+async fn failed_job(
+    db: &TestDb,
+) -> (
+    WorkerHandle,
+    conveyor::JobHandle<Value>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let h = healthy.clone();
+    let worker = Worker::builder(&db.client)
+        .register_fn("flaky", move |ctx, _| {
+            let healthy = h.clone();
+            async move {
+                if healthy.load(Ordering::SeqCst) {
+                    Ok(json!(ctx.attempt()))
+                } else {
+                    Err(TaskError::fail("down"))
+                }
+            }
+        })
+        .start()
+        .unwrap();
+    let job = NewJob::new("flaky", json!({})).max_retries(0);
+    let handle = db.client.enqueue(job).await.unwrap();
+    let failed = handle.wait_job(WAIT).await.unwrap();
+    assert_eq!((failed.state, failed.attempt), (JobState::Failure, 1));
+    (worker, handle, healthy)
+}
+
+/// `requeue_tx` in a transaction that rolls back re-queues nothing: the job
+/// stays failed and does not run again.
+#[tokio::test]
+async fn a_requeue_in_a_transaction_rolled_back_leaves_the_job_failed() {
+    let db = TestDb::new().await;
+    let (worker, handle, healthy) = failed_job(&db).await;
+    healthy.store(true, Ordering::SeqCst);
+
+    let mut tx = db.pool.begin().await.unwrap();
+    assert_eq!(
+        db.client.requeue_tx(&mut tx, &[handle.id()]).await.unwrap(),
+        1
+    );
+    tx.rollback().await.unwrap();
+
+    // Long enough for an idle worker to claim a job that was pending.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let job = handle.job().await.unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Failure, 1));
+    assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 1);
+    worker.shutdown(WAIT).await.unwrap();
+}
+
+/// `requeue_tx` in a transaction that commits re-queues the job at commit
+/// (not before): it runs again, its attempts reset.
+#[tokio::test]
+async fn a_requeue_in_a_transaction_committed_runs_the_job_again() {
+    let db = TestDb::new().await;
+    let (worker, handle, healthy) = failed_job(&db).await;
+    healthy.store(true, Ordering::SeqCst);
+
+    let mut tx = db.pool.begin().await.unwrap();
+    assert_eq!(
+        db.client.requeue_tx(&mut tx, &[handle.id()]).await.unwrap(),
+        1
+    );
+    // Outside the transaction, the job is still failed.
+    assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 1);
+    tx.commit().await.unwrap();
+
+    assert_eq!(handle.wait(WAIT).await.unwrap(), json!(1), "attempts reset");
     worker.shutdown(WAIT).await.unwrap();
 }
 
