@@ -39,16 +39,6 @@ pub(crate) async fn promote<'e>(
     })
 }
 
-/// The text of the claim for `bank` of the ready ring
-/// (`conveyor_internal.claim_statement()`), for tests that read its plan.
-pub(crate) async fn claim_statement(pool: &PgPool, q: &Queries, bank: usize) -> Result<String> {
-    let bank = i32::try_from(bank).unwrap_or(i32::MAX);
-    Ok(sqlx::query_scalar(q.claim_statement)
-        .bind(bank)
-        .fetch_one(q.on(pool))
-        .await?)
-}
-
 /// What to claim, for whom.
 pub(crate) struct Claim<'a> {
     pub queue: &'a str,

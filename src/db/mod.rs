@@ -46,7 +46,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::error::{Error, Result};
 use crate::job::JobState;
 
-pub(crate) use claim::{Claim, Undecodable, claim, claim_statement, promote};
+pub(crate) use claim::{Claim, Undecodable, claim, promote};
 pub use enqueue::{BULK_CHUNK, COPY_MIN};
 pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
@@ -130,7 +130,6 @@ pub(crate) struct Queries {
     fetch_state_anywhere: &'static str,
     promote: &'static str,
     claim: &'static str,
-    claim_statement: &'static str,
     complete: &'static str,
     heartbeat: &'static str,
     count_leases_lost: &'static str,
@@ -264,7 +263,6 @@ impl Queries {
             fetch_state_anywhere: load(sql!("inspect/fetch_state_anywhere.sql")),
             promote: load(sql!("claim/promote.sql")),
             claim: load(sql!("claim/claim.sql")),
-            claim_statement: load("SELECT conveyor_internal.claim_statement($1::integer)"),
             complete: load(sql!("outcome/complete.sql")),
             heartbeat: load(sql!("lease/heartbeat.sql")),
             count_leases_lost: load(sql!("stats/count_leases_lost.sql")),

@@ -106,15 +106,3 @@ pub async fn perform<T: Task>(task: &T, args: T::Args) -> Result<T::Output, Task
         .map_err(|e| TaskError::fail(format!("task `{}`: cannot decode args: {e}", T::NAME)))?;
     task.run(context(T::NAME), args).await
 }
-
-/// The text of the worker's claim for `client`'s schema and bank `bank` of
-/// the ready ring (`conveyor.ready_bank`; 0 unless a long transaction holds
-/// slots of the ring): the body `conveyor_internal.claim_ready()` has while
-/// that bank is current, with its parameters `$1`-`$7`. For Conveyor's own
-/// tests that measure what a claim reads (`EXPLAIN (ANALYZE, BUFFERS)`). Not
-/// a stable interface.
-#[doc(hidden)]
-pub async fn claim_statement(client: &Client, bank: usize) -> crate::Result<String> {
-    let inner = &client.inner;
-    db::claim_statement(&inner.pool, inner.queries, bank).await
-}

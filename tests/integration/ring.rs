@@ -51,7 +51,12 @@ async fn claim_buffers(db: &TestDb, bank: usize) -> (u64, String) {
 /// [`claim_buffers`] for a queue whose global concurrency limit is
 /// `limit` (the claim's `$6`).
 async fn claim_buffers_limited(db: &TestDb, bank: usize, limit: Option<i32>) -> (u64, String) {
-    let claim = conveyor::testing::claim_statement(&db.client, bank)
+    // The body `conveyor_internal.claim_ready()` has while `bank` is
+    // current, as the schema's own function builds it
+    // (sql/claim/claim_statement.sql), with its parameters $1-$7.
+    let claim: String = sqlx::query_scalar("SELECT conveyor_internal.claim_statement($1::integer)")
+        .bind(i32::try_from(bank).unwrap())
+        .fetch_one(&db.pool)
         .await
         .expect("the claim statement");
     let mut conn = PgConnection::connect(&db.url()).await.unwrap();
