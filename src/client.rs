@@ -50,6 +50,8 @@ pub(crate) struct ClientInner {
     pub(crate) primary: Option<Primary>,
     /// The transaction-mode pooler the pool goes through, if any.
     pub(crate) pooler: Option<Pooler>,
+    /// How long an enqueue keeps trying after its connection failed.
+    pub(crate) confirm_for: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -67,6 +69,7 @@ pub struct ClientBuilder {
     schema: String,
     primary: Option<Primary>,
     pooler: Option<Pooler>,
+    confirm_for: Duration,
 }
 
 impl ClientBuilder {
@@ -95,12 +98,26 @@ impl ClientBuilder {
         self
     }
 
-    /// The schema, primary and pooler of `client` (for a client of
-    /// Conveyor's own on another pool, such as a worker's).
+    /// How long an enqueue that owns its transaction keeps trying to reach
+    /// the database after its connection failed (default 30 s). An insert
+    /// skips job ids that exist, so trying again after a commit whose
+    /// acknowledgement was lost finds the jobs instead of doubling them; the
+    /// call returns `Ok` once the database answers, or
+    /// [`Error::Unconfirmed`] after this long without an answer (the jobs
+    /// may or may not exist). Enqueues in your transaction (`_tx`) are not
+    /// retried: your transaction failed with the connection.
+    pub fn confirm_for(mut self, confirm_for: Duration) -> Self {
+        self.confirm_for = confirm_for;
+        self
+    }
+
+    /// The schema, primary, pooler and `confirm_for` of `client` (for a
+    /// client of Conveyor's own on another pool, such as a worker's).
     pub(crate) fn like(mut self, client: &Client) -> Self {
         self.schema = client.schema().to_string();
         self.primary = client.inner.primary.clone();
         self.pooler = client.inner.pooler.clone();
+        self.confirm_for = client.inner.confirm_for;
         self
     }
 
@@ -122,12 +139,17 @@ impl ClientBuilder {
             inner: Arc::new(ClientInner {
                 waiters: WaiterHub::new(connector, queries),
                 notifier: crate::notify::Notifier::new(self.pool.clone(), queries),
-                group_commit: crate::group_commit::GroupCommit::new(self.pool.clone(), queries),
+                group_commit: crate::group_commit::GroupCommit::new(
+                    self.pool.clone(),
+                    queries,
+                    self.confirm_for,
+                ),
                 inserting: std::sync::atomic::AtomicUsize::new(0),
                 pool: self.pool,
                 queries,
                 primary: self.primary,
                 pooler: self.pooler,
+                confirm_for: self.confirm_for,
             }),
         })
     }
@@ -142,8 +164,9 @@ impl ClientBuilder {
 ///   connection fails, so the ping buys nothing.
 /// - `max_connections(10)`, sqlx's default: enough for enqueues and handles.
 ///   A [`crate::Worker`] takes its own claims, lease renewals and outcomes
-///   on [`crate::BOOKKEEPING_CONNECTIONS`] more connections that handlers
-///   cannot exhaust; size this pool for what your handlers use.
+///   on 4 more connections that handlers cannot exhaust (see
+///   [`crate::WorkerBuilder::bookkeeping_pool`]); size this pool for what
+///   your handlers use.
 /// - `acquire_timeout` of 30 s, sqlx's default.
 pub fn pool_options() -> sqlx::postgres::PgPoolOptions {
     sqlx::postgres::PgPoolOptions::new()
@@ -185,6 +208,7 @@ impl Client {
             schema: db::DEFAULT_SCHEMA.to_string(),
             primary: None,
             pooler: None,
+            confirm_for: crate::confirm::CONFIRM_FOR,
         }
     }
 

@@ -7,8 +7,8 @@
 //! insert skips ids that exist, so a retry after a commit that did happen
 //! finds the jobs instead of doubling them. A call therefore returns `Ok`
 //! exactly when its jobs exist, and an error when they do not, or
-//! [`Error::Unconfirmed`] when the database stayed out of reach for
-//! [`CONFIRM_FOR`] and nobody can know.
+//! [`Error::Unconfirmed`] when the database stayed out of reach for the
+//! client's `confirm_for` ([`CONFIRM_FOR`] by default) and nobody can know.
 
 use std::future::Future;
 use std::time::Duration;
@@ -23,8 +23,9 @@ use crate::error::{Error, Result};
 use crate::job::JobId;
 
 /// How long an enqueue keeps trying to reach the database after its
-/// connection failed, before it gives up.
-pub const CONFIRM_FOR: Duration = Duration::from_secs(30);
+/// connection failed, before it gives up, unless
+/// [`crate::ClientBuilder::confirm_for`] says otherwise.
+pub(crate) const CONFIRM_FOR: Duration = Duration::from_secs(30);
 
 /// What [`until_answered`] got.
 pub(crate) struct Answer<T> {
@@ -36,11 +37,12 @@ pub(crate) struct Answer<T> {
 /// Runs `unit` on a connection from `pool` until the database answers it.
 /// `unit` gets the connection and whether an earlier try may have committed
 /// (so it may find its own writes). A connection that fails is replaced and
-/// `unit` runs again, with backoff, for up to [`CONFIRM_FOR`]; a refusal by
+/// `unit` runs again, with backoff, for up to `confirm_for`; a refusal by
 /// PostgreSQL (the transaction rolled back) is returned at once. `ids` are
 /// the jobs at stake, for [`Error::Unconfirmed`].
 pub(crate) async fn until_answered<T, F, Fut>(
     pool: &PgPool,
+    confirm_for: Duration,
     ids: impl Fn() -> Vec<JobId>,
     mut unit: F,
 ) -> Result<Answer<T>>
@@ -48,7 +50,7 @@ where
     F: FnMut(PoolConnection<Postgres>, bool) -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let deadline = tokio::time::Instant::now() + CONFIRM_FOR;
+    let deadline = tokio::time::Instant::now() + confirm_for;
     let mut backoff = crate::supervise::reconnect_backoff();
     let mut sent = false;
     loop {
@@ -93,11 +95,12 @@ where
 pub(crate) async fn insert(
     pool: &PgPool,
     queries: &'static Queries,
+    confirm_for: Duration,
     rows: &[InsertRow],
     resent: bool,
 ) -> Result<Vec<Inserted>> {
     let ids = || rows.iter().map(|row| row.id).collect();
-    let answer = until_answered(pool, ids, |mut conn, sent| async move {
+    let answer = until_answered(pool, confirm_for, ids, |mut conn, sent| async move {
         // After a try that may have committed, the jobs may even have run
         // and finished since: look for their ids among finished jobs too.
         let may_exist = resent || sent;

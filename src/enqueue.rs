@@ -130,7 +130,8 @@ impl Client {
     /// own, so it never fails another call's job.
     ///
     /// If the connection fails midway, the call tries again with the same
-    /// job id (for up to [`confirm::CONFIRM_FOR`]): it returns `Ok` exactly
+    /// job id (for up to [`crate::ClientBuilder::confirm_for`], 30 s by default):
+    /// it returns `Ok` exactly
     /// when the job exists, or [`Error::Unconfirmed`] if the database stayed
     /// out of reach.
     pub async fn enqueue<O>(&self, job: NewJob<O>) -> Result<JobHandle<O>> {
@@ -158,10 +159,10 @@ impl Client {
     }
 
     /// Enqueues many jobs atomically, in their own transaction; handles come
-    /// back in input order. From [`COPY_MIN`] jobs that are all due now (no
+    /// back in input order. From 1,000 jobs that are all due now (no
     /// ETA or delay, not unique, no id of the caller's) the rows are
     /// streamed with COPY; otherwise
-    /// one statement per [`BULK_CHUNK`] jobs. Like [`Client::enqueue`], it
+    /// one statement per 5,000 jobs. Like [`Client::enqueue`], it
     /// confirms its commit if the connection fails midway.
     pub async fn enqueue_many<O>(&self, jobs: Vec<NewJob<O>>) -> Result<Vec<JobHandle<O>>> {
         let jobs = prepare(jobs)?;
@@ -194,8 +195,14 @@ impl Client {
                 // The COPY may have committed: inserting finds its jobs.
                 Err(error) if error.is_transient() => {
                     tracing::warn!(%error, "conveyor: bulk enqueue interrupted; confirming it with the same job ids");
-                    let found =
-                        confirm::insert(&self.inner.pool, self.inner.queries, &rows, true).await?;
+                    let found = confirm::insert(
+                        &self.inner.pool,
+                        self.inner.queries,
+                        self.inner.confirm_for,
+                        &rows,
+                        true,
+                    )
+                    .await?;
                     return Ok(self.handles(found));
                 }
                 Err(error) => return Err(error),
@@ -205,7 +212,14 @@ impl Client {
             // One statement: its own transaction.
             return self.insert_autocommit(rows).await;
         }
-        let found = confirm::insert(&self.inner.pool, self.inner.queries, &rows, false).await?;
+        let found = confirm::insert(
+            &self.inner.pool,
+            self.inner.queries,
+            self.inner.confirm_for,
+            &rows,
+            false,
+        )
+        .await?;
         Ok(self.handles(found))
     }
 
@@ -223,15 +237,20 @@ impl Client {
     /// Inserts `jobs` in a transaction of their own, confirming its commit.
     async fn insert_own_transaction<O>(&self, jobs: Vec<Prepared>) -> Result<Vec<JobHandle<O>>> {
         let ids = || jobs.iter().map(Prepared::id).collect();
-        let answer = until_answered(&self.inner.pool, ids, |mut conn, sent| {
-            let jobs = &jobs;
-            async move {
-                let mut tx = conn.begin_with(crate::db::BEGIN).await?;
-                let found = insert(self, &mut tx, jobs, sent).await?;
-                tx.commit().await?;
-                Ok(found)
-            }
-        })
+        let answer = until_answered(
+            &self.inner.pool,
+            self.inner.confirm_for,
+            ids,
+            |mut conn, sent| {
+                let jobs = &jobs;
+                async move {
+                    let mut tx = conn.begin_with(crate::db::BEGIN).await?;
+                    let found = insert(self, &mut tx, jobs, sent).await?;
+                    tx.commit().await?;
+                    Ok(found)
+                }
+            },
+        )
         .await?;
         let keys = jobs.iter().map(|job| (job.id(), job.fresh()));
         Ok(self.handles(ours(keys, answer.value, answer.resent)))
@@ -287,7 +306,14 @@ impl Client {
         let found = if concurrent {
             self.inner.group_commit.insert(rows).await?
         } else {
-            confirm::insert(&self.inner.pool, self.inner.queries, &rows, false).await?
+            confirm::insert(
+                &self.inner.pool,
+                self.inner.queries,
+                self.inner.confirm_for,
+                &rows,
+                false,
+            )
+            .await?
         };
         Ok(self.handles(found))
     }
@@ -309,6 +335,7 @@ impl Client {
         let ids = crate::workflow::job_ids(&spec)?;
         until_answered(
             &self.inner.pool,
+            self.inner.confirm_for,
             || ids.clone(),
             |mut conn, resent| {
                 let (spec, ids) = (&spec, &ids);

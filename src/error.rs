@@ -54,7 +54,7 @@ pub enum Error {
     JobCancelled(JobId),
     /// An enqueue's statements went out but its commit could not be
     /// confirmed: the connection failed and the database stayed out of reach
-    /// while the call kept trying (see [`crate::CONFIRM_FOR`]). Its jobs may
+    /// while the call kept trying (see [`crate::ClientBuilder::confirm_for`]). Its jobs may
     /// or may not exist; look them up by id, or enqueue them again with the
     /// same ids ([`crate::NewJob::id`]), which cannot double them.
     Unconfirmed {

@@ -16,6 +16,7 @@
 //! lone enqueue waits for no batch.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
@@ -34,14 +35,17 @@ struct Call {
 pub(crate) struct GroupCommit {
     pool: PgPool,
     queries: &'static Queries,
+    /// The client's `confirm_for` (see `crate::confirm`).
+    confirm_for: Duration,
     calls: OnceLock<mpsc::UnboundedSender<Call>>,
 }
 
 impl GroupCommit {
-    pub(crate) fn new(pool: PgPool, queries: &'static Queries) -> Self {
+    pub(crate) fn new(pool: PgPool, queries: &'static Queries, confirm_for: Duration) -> Self {
         GroupCommit {
             pool,
             queries,
+            confirm_for,
             calls: OnceLock::new(),
         }
     }
@@ -51,13 +55,13 @@ impl GroupCommit {
     pub(crate) async fn insert(&self, rows: Vec<InsertRow>) -> Result<Vec<Inserted>> {
         let calls = self.calls.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let (pool, queries) = (self.pool.clone(), self.queries);
+            let (pool, queries, confirm_for) = (self.pool.clone(), self.queries, self.confirm_for);
             // Restarted if it ever panicked (the calls of the batch it held
             // would get an error; later calls go on).
             let rx = Arc::new(tokio::sync::Mutex::new(rx));
             tokio::spawn(crate::supervise::supervise(
                 "group commit",
-                move || merge_loop(pool.clone(), queries, rx.clone()),
+                move || merge_loop(pool.clone(), queries, confirm_for, rx.clone()),
                 |_| {},
             ));
             tx
@@ -65,7 +69,7 @@ impl GroupCommit {
         let (answer, answered) = oneshot::channel();
         if let Err(mpsc::error::SendError(call)) = calls.send(Call { rows, answer }) {
             // The merging task is gone (its runtime shut down): go alone.
-            return insert_alone(&self.pool, self.queries, &call.rows).await;
+            return insert_alone(&self.pool, self.queries, self.confirm_for, &call.rows).await;
         }
         answered.await.unwrap_or_else(|_| {
             Err(Error::Database(sqlx::Error::Protocol(
@@ -83,6 +87,7 @@ impl GroupCommit {
 async fn merge_loop(
     pool: PgPool,
     queries: &'static Queries,
+    confirm_for: Duration,
     calls: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Call>>>,
 ) {
     let mut calls = calls.lock().await;
@@ -100,13 +105,18 @@ async fn merge_loop(
             rows += call.rows.len();
             batch.push(call);
         }
-        commit_together(&pool, queries, batch).await;
+        commit_together(&pool, queries, confirm_for, batch).await;
     }
 }
 
 /// Inserts every call's rows in one transaction and answers each call with
 /// its share; if that fails, retries each call on its own.
-async fn commit_together(pool: &PgPool, queries: &'static Queries, batch: Vec<Call>) {
+async fn commit_together(
+    pool: &PgPool,
+    queries: &'static Queries,
+    confirm_for: Duration,
+    batch: Vec<Call>,
+) {
     let counts: Vec<usize> = batch.iter().map(|call| call.rows.len()).collect();
     let mut answers = Vec::with_capacity(batch.len());
     let mut rows = Vec::with_capacity(counts.iter().sum());
@@ -114,7 +124,7 @@ async fn commit_together(pool: &PgPool, queries: &'static Queries, batch: Vec<Ca
         rows.extend(call.rows);
         answers.push(call.answer);
     }
-    let result = insert_alone(pool, queries, &rows).await;
+    let result = insert_alone(pool, queries, confirm_for, &rows).await;
     if answers.len() == 1 {
         if let Some(answer) = answers.pop() {
             let _ = answer.send(result);
@@ -145,7 +155,7 @@ async fn commit_together(pool: &PgPool, queries: &'static Queries, batch: Vec<Ca
         // PostgreSQL refused some row and the connection is fine: one call
         // after another, so a large batch does not take the whole pool.
         for (answer, rows) in calls {
-            let _ = answer.send(insert_alone(pool, queries, &rows).await);
+            let _ = answer.send(insert_alone(pool, queries, confirm_for, &rows).await);
         }
     } else {
         // The connection failed (or the pool): each call tries again as it
@@ -155,7 +165,8 @@ async fn commit_together(pool: &PgPool, queries: &'static Queries, batch: Vec<Ca
             let pool = pool.clone();
             retries.spawn(async move {
                 // The merged commit may have happened.
-                let _ = answer.send(crate::confirm::insert(&pool, queries, &rows, true).await);
+                let _ = answer
+                    .send(crate::confirm::insert(&pool, queries, confirm_for, &rows, true).await);
             });
         }
         while retries.join_next().await.is_some() {}
@@ -175,7 +186,8 @@ fn refused(error: &Error) -> bool {
 async fn insert_alone(
     pool: &PgPool,
     queries: &'static Queries,
+    confirm_for: Duration,
     rows: &[InsertRow],
 ) -> Result<Vec<Inserted>> {
-    crate::confirm::insert(pool, queries, rows, false).await
+    crate::confirm::insert(pool, queries, confirm_for, rows, false).await
 }

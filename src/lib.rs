@@ -48,6 +48,8 @@ mod confirm;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 mod db;
+#[cfg(test)]
+mod defaults_test;
 mod enqueue;
 mod error;
 mod failover;
@@ -71,10 +73,8 @@ mod worker;
 mod workflow;
 
 pub use client::{Client, ClientBuilder, pool_options};
-pub use confirm::CONFIRM_FOR;
-pub use db::{BULK_CHUNK, COPY_MIN};
 pub use error::{Error, Result};
-pub use failover::{CHECK_EVERY, Primary};
+pub use failover::Primary;
 pub use handle::JobHandle;
 pub use job::{AttemptError, Job, JobId, JobState, job_id_from_key};
 pub use maintenance::periodic::{Missed, Periodic};
@@ -82,22 +82,15 @@ pub use maintenance::pruner::{Pruned, Retention};
 #[cfg(feature = "metrics")]
 pub use metrics::Metrics;
 pub use migrate::{migrate, migrate_schema};
-pub use pooler::{DEFAULT_POLL, Pooler};
+pub use pooler::Pooler;
 pub use records::{
     Histogram, JobFailure, JobFilter, QueueStats, StatsPoint, StatsQuery, WorkerInfo, WorkflowRun,
     WorkflowState,
 };
-pub use retry::{MAX_BACKOFF, fibonacci, fibonacci_backoff};
+pub use retry::{fibonacci, fibonacci_backoff};
 /// The sqlx this crate is built with: share a pool or a transaction with
 /// Conveyor through `conveyor::sqlx` and the versions always match.
 pub use sqlx;
-pub use task::{
-    DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_BASE, Failure, NewJob, Task,
-    TaskContext, TaskError, Unique,
-};
-pub use worker::{
-    BOOKKEEPING_CONNECTIONS, DEFAULT_CLAIM_AHEAD, DEFAULT_CONCURRENCY, DEFAULT_LEASE,
-    DEFAULT_SAFETY_INTERVAL, ENV_VARS, ShutdownReport, Worker, WorkerBuilder, WorkerHandle,
-    WorkerHealth, WorkerTask,
-};
+pub use task::{Failure, NewJob, Task, TaskContext, TaskError, Unique};
+pub use worker::{ShutdownReport, Worker, WorkerBuilder, WorkerHandle, WorkerHealth, WorkerTask};
 pub use workflow::{Chain, Chord, Group, GroupHandle, PipedJob, Workflow, WorkflowHandle};

@@ -8,7 +8,7 @@ use sqlx::postgres::PgConnectOptions;
 
 /// How often idle workers and waiting handles look at the database when no
 /// session URL is given (no `LISTEN`): see [`Pooler::poll_every`].
-pub const DEFAULT_POLL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_POLL: Duration = Duration::from_secs(1);
 
 /// Conveyor's client pool reaches PostgreSQL through a pooler in
 /// transaction mode (PgBouncer `pool_mode = transaction`), which hands a
@@ -51,7 +51,7 @@ pub struct Pooler {
 
 impl Pooler {
     /// Behind a transaction-mode pooler, with no session URL (polling every
-    /// [`DEFAULT_POLL`]).
+    /// second: see [`Pooler::poll_every`]).
     pub fn transaction_mode() -> Pooler {
         Pooler {
             session: None,
@@ -77,7 +77,7 @@ impl Pooler {
     }
 
     /// How often idle workers and waiting handles look at the database
-    /// when there is no session URL (default [`DEFAULT_POLL`]; at least
+    /// when there is no session URL (default 1 s; at least
     /// 10 ms). Each look is a claim per idle worker, so a shorter interval
     /// costs the database more statements while the queue is empty.
     pub fn poll_every(mut self, every: Duration) -> Pooler {

@@ -26,11 +26,11 @@ pub fn fibonacci(n: u32) -> u64 {
 
 /// Longest delay the default policy will produce (about 31 years would be
 /// silly; a week is the cap).
-pub const MAX_BACKOFF: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The default delay before the retry that follows failed attempt number
 /// `attempt` (1-based): `fibonacci(attempt) × base`, so 1, 1, 2, 3, 5, 8 … bases,
-/// capped at [`MAX_BACKOFF`].
+/// capped at a week.
 ///
 /// ```
 /// use std::time::Duration;

@@ -10,12 +10,14 @@ use super::Queries;
 use crate::error::{Error, Result};
 use crate::job::JobId;
 
-/// Jobs per insert statement in bulk enqueue.
-pub const BULK_CHUNK: usize = 5_000;
+/// Jobs per insert statement in bulk enqueue (documented in
+/// `Client::enqueue_many`: keep the two in step).
+pub(crate) const BULK_CHUNK: usize = 5_000;
 
 /// From this many jobs, `Client::enqueue_many` streams jobs that are due
-/// now (no ETA, no delay, not unique) with COPY.
-pub const COPY_MIN: usize = 1_000;
+/// now (no ETA, no delay, not unique) with COPY (documented there: keep
+/// the two in step).
+pub(crate) const COPY_MIN: usize = 1_000;
 
 /// A job to insert, with every option resolved.
 #[derive(Debug, Clone)]

@@ -47,7 +47,7 @@ use crate::error::{Error, Result};
 use crate::job::JobState;
 
 pub(crate) use claim::{Claim, Undecodable, claim, promote};
-pub use enqueue::{BULK_CHUNK, COPY_MIN};
+pub(crate) use enqueue::{BULK_CHUNK, COPY_MIN};
 pub(crate) use enqueue::{
     InsertRow, Inserted, copy_jobs, defer_notify, enqueue_unique, existing_ids, insert_all, notify,
 };

@@ -33,7 +33,7 @@ use hooks::qualifies;
 pub(crate) use hosts::{Attrs, HostList, parse};
 
 /// How often a [`Primary`] checks that the server it follows still qualifies.
-pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How long one host may take to accept a connection or answer the check,
 /// unless the URL sets libpq's `connect_timeout`.
 const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -102,8 +102,8 @@ impl Primary {
     /// `target_session_attrs` may be `read-write`, `primary` or `any`, the
     /// default; libpq's `connect_timeout` in seconds bounds each host's
     /// answer, 2 s otherwise), finds the first host in order that qualifies,
-    /// waiting up to 30 s for one, and starts checking it every
-    /// [`CHECK_EVERY`]. Must be called within a tokio runtime.
+    /// waiting up to 30 s for one, and starts checking it every second.
+    /// Must be called within a tokio runtime.
     pub async fn connect(url: &str) -> Result<Primary> {
         Primary::with_hosts(parse(url)?).await
     }

@@ -12,7 +12,8 @@ mod new_job;
 mod stored;
 
 use crate::job::JobId;
-pub use new_job::{DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_BASE, NewJob, Unique};
+pub(crate) use new_job::{DEFAULT_MAX_RETRIES, DEFAULT_QUEUE};
+pub use new_job::{NewJob, Unique};
 
 /// A task type: its name, argument and output types, per-task defaults, and
 /// the async handler that runs it.
@@ -42,9 +43,9 @@ pub use new_job::{DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_BASE
 pub trait Task: Send + Sync + 'static {
     /// The registered name, stored in `conveyor.jobs.task`.
     const NAME: &'static str;
-    /// Default queue for jobs of this task.
+    /// Default queue for jobs of this task (default `"default"`).
     const QUEUE: &'static str = DEFAULT_QUEUE;
-    /// Default number of retries after the first attempt.
+    /// Default number of retries after the first attempt (default 25).
     const MAX_RETRIES: u32 = DEFAULT_MAX_RETRIES;
     /// Default time limit of one attempt (`None`: the worker's default).
     const TIMEOUT: Option<Duration> = None;
@@ -191,7 +192,8 @@ impl TaskError {
             failure: Failure::Retry,
         }
     }
-    /// Retry after `delay` (takes precedence over the backoff policy).
+    /// Retry after `delay` (takes precedence over the backoff policy; a
+    /// delay longer than a week waits a week).
     pub fn retry_after(delay: Duration, message: impl std::fmt::Display) -> Self {
         TaskError {
             message: message.to_string(),

@@ -11,11 +11,11 @@ use serde_json::{Map, Value};
 use crate::job::JobId;
 
 /// Queue of a job that names none.
-pub const DEFAULT_QUEUE: &str = "default";
+pub(crate) const DEFAULT_QUEUE: &str = "default";
 /// Retries after the first attempt, unless the job or task says otherwise.
-pub const DEFAULT_MAX_RETRIES: u32 = 25;
+pub(crate) const DEFAULT_MAX_RETRIES: u32 = 25;
 /// Fibonacci backoff unit, unless the job says otherwise.
-pub const DEFAULT_RETRY_BACKOFF_BASE: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_RETRY_BACKOFF_BASE: Duration = Duration::from_secs(1);
 
 /// A job to enqueue: task name, arguments and options. `O` is the task's
 /// output type (`serde_json::Value` for untyped jobs).

@@ -7,57 +7,6 @@ use crate::error::{Error, Result};
 use crate::maintenance::pruner::Retention;
 use crate::worker::WorkerBuilder;
 
-/// The variables [`WorkerBuilder::from_env`] reads, with what each sets.
-pub const ENV_VARS: &[(&str, &str)] = &[
-    (
-        "CONVEYOR_QUEUES",
-        "queues: `a,b,c` (strict order) or `a=6,b=3,c=1` (weighted)",
-    ),
-    ("CONVEYOR_CONCURRENCY", "jobs run at once"),
-    (
-        "CONVEYOR_MAX_CLAIM_BATCH",
-        "most jobs claimed per statement",
-    ),
-    (
-        "CONVEYOR_CLAIM_AHEAD",
-        "most jobs held claimed ahead of free slots (0: off)",
-    ),
-    ("CONVEYOR_LEASE_SECS", "lease on claimed jobs"),
-    (
-        "CONVEYOR_SAFETY_INTERVAL_SECS",
-        "longest idle sleep without a notification",
-    ),
-    (
-        "CONVEYOR_DEFAULT_TIMEOUT_SECS",
-        "attempt time limit for jobs and tasks that set none",
-    ),
-    (
-        "CONVEYOR_CANCEL_GRACE_SECS",
-        "time a cancelled handler gets to stop",
-    ),
-    (
-        "CONVEYOR_RESCUE_INTERVAL_SECS",
-        "how often expired leases are looked for",
-    ),
-    (
-        "CONVEYOR_PRUNE_INTERVAL_SECS",
-        "how often finished jobs are pruned",
-    ),
-    (
-        "CONVEYOR_RETAIN_SUCCESS_SECS",
-        "retention of succeeded jobs (`forever` to keep)",
-    ),
-    (
-        "CONVEYOR_RETAIN_FAILURE_SECS",
-        "retention of failed jobs (`forever` to keep)",
-    ),
-    (
-        "CONVEYOR_RETAIN_CANCELLED_SECS",
-        "retention of cancelled jobs (`forever` to keep)",
-    ),
-    ("CONVEYOR_WORKER_ID", "the worker's id"),
-];
-
 fn secs(name: &str, value: &str) -> Result<Duration> {
     value
         .trim()
@@ -214,6 +163,30 @@ mod tests {
             (strict.queues, strict.weights),
             (vec!["a".to_string(), "b".into()], None)
         );
+    }
+
+    /// The table in `WorkerBuilder::from_env`'s doc lists exactly the
+    /// variables `apply` reads.
+    #[tokio::test]
+    async fn the_variables_read_are_the_ones_documented() {
+        let read = std::sync::Mutex::new(Vec::new());
+        apply(builder(), |name| {
+            read.lock().unwrap().push(name.to_string());
+            None
+        })
+        .unwrap();
+        let mut read = read.into_inner().unwrap();
+        read.sort();
+        read.dedup();
+        let source = include_str!("mod.rs");
+        let mut documented: Vec<String> = source
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("/// | `CONVEYOR_"))
+            .filter_map(|rest| rest.split('`').next())
+            .map(|name| format!("CONVEYOR_{name}"))
+            .collect();
+        documented.sort();
+        assert_eq!(read, documented);
     }
 
     #[tokio::test]

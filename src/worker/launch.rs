@@ -82,7 +82,7 @@ impl WorkerBuilder {
     /// Starts the worker on the current tokio runtime.
     ///
     /// Besides its client's pool, which only handlers use, a worker opens
-    /// connections of its own: a pool of [`BOOKKEEPING_CONNECTIONS`] for
+    /// connections of its own: a pool of 4 for
     /// claims, lease renewals, outcomes and maintenance (see
     /// [`WorkerBuilder::bookkeeping_pool`]), one for `LISTEN`, and one more
     /// while it leads periodic schedules.

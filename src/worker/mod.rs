@@ -42,26 +42,25 @@ use crate::error::Result;
 use crate::maintenance::periodic::{Periodic, host_name};
 use crate::maintenance::pruner::Retention;
 use crate::task::{Task, TaskContext, TaskError};
-pub use config::ENV_VARS;
 pub use handle::{ShutdownReport, WorkerHandle};
 use handler::{FnHandler, Handler, TypedHandler};
 pub use health::{WorkerHealth, WorkerTask};
 
 /// Default number of jobs a worker runs at once.
-pub const DEFAULT_CONCURRENCY: usize = 10;
+pub(crate) const DEFAULT_CONCURRENCY: usize = 10;
 /// Default cap of [`WorkerBuilder::claim_ahead`].
-pub const DEFAULT_CLAIM_AHEAD: usize = 1_000;
+pub(crate) const DEFAULT_CLAIM_AHEAD: usize = 1_000;
 /// Default lease: how long a claimed job stays held without renewal.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// Default time between two pruning passes.
-pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 /// Default time a cancelled handler gets to stop before it is aborted.
-pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Default longest sleep of an idle worker without any notification.
-pub const DEFAULT_SAFETY_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_SAFETY_INTERVAL: Duration = Duration::from_secs(30);
 /// Connections of a worker's own pool (claims, outcomes, leases,
 /// maintenance), unless [`WorkerBuilder::bookkeeping_pool`] gives one.
-pub const BOOKKEEPING_CONNECTIONS: u32 = 4;
+pub(crate) const BOOKKEEPING_CONNECTIONS: u32 = 4;
 
 /// Configures and starts a worker. See [`Worker::builder`].
 pub struct WorkerBuilder {
@@ -185,8 +184,8 @@ impl WorkerBuilder {
         self.max_claim = max;
         self
     }
-    /// Most jobs held claimed ahead of free slots (default
-    /// [`DEFAULT_CLAIM_AHEAD`]; 0 turns claiming ahead off).
+    /// Most jobs held claimed ahead of free slots (default 1,000; 0 turns
+    /// claiming ahead off).
     ///
     /// When jobs are short, a worker claims more than its free slots into a
     /// local buffer, so that a freed slot starts the next job without a
@@ -282,7 +281,7 @@ impl WorkerBuilder {
     }
     /// The pool for the worker's own statements: claims, lease renewals,
     /// outcomes and maintenance. By default the worker opens a pool of its
-    /// own of [`BOOKKEEPING_CONNECTIONS`] connections, with the client
+    /// own of 4 connections, with the client
     /// pool's connect options, so that handlers holding every connection of
     /// the client's pool cannot delay a lease renewal. Give one to choose
     /// its size and settings (at least 2 connections; it is not closed at
@@ -291,10 +290,30 @@ impl WorkerBuilder {
         self.bookkeeping_pool = Some(pool);
         self
     }
-    /// Overrides settings from environment variables (see [`ENV_VARS`]):
+    /// Overrides settings from environment variables:
     /// `CONVEYOR_QUEUES=critical=6,default=3,low=1`, `CONVEYOR_CONCURRENCY=50`,
     /// `CONVEYOR_LEASE_SECS=30`, `CONVEYOR_RETAIN_SUCCESS_SECS=86400`…
     /// Fails with [`crate::Error::Config`] naming the variable on a bad value.
+    /// Each variable set overrides what the builder had; durations are in
+    /// seconds (fractions allowed).
+    ///
+    /// | variable | sets |
+    /// | --- | --- |
+    /// | `CONVEYOR_QUEUES` | queues: `a,b,c` (strict order, [`WorkerBuilder::queues`]) or `a=6,b=3,c=1` ([`WorkerBuilder::weighted_queues`]) |
+    /// | `CONVEYOR_CONCURRENCY` | jobs run at once ([`WorkerBuilder::concurrency`]) |
+    /// | `CONVEYOR_MAX_CLAIM_BATCH` | most jobs claimed per statement ([`WorkerBuilder::max_claim_batch`]) |
+    /// | `CONVEYOR_CLAIM_AHEAD` | most jobs held claimed ahead of free slots, 0: off ([`WorkerBuilder::claim_ahead`]) |
+    /// | `CONVEYOR_LEASE_SECS` | lease on claimed jobs ([`WorkerBuilder::lease`]) |
+    /// | `CONVEYOR_SAFETY_INTERVAL_SECS` | longest idle sleep without a notification ([`WorkerBuilder::safety_interval`]) |
+    /// | `CONVEYOR_DEFAULT_TIMEOUT_SECS` | attempt time limit for jobs and tasks that set none ([`WorkerBuilder::default_timeout`]) |
+    /// | `CONVEYOR_CANCEL_GRACE_SECS` | time a cancelled handler gets to stop ([`WorkerBuilder::cancel_grace`]) |
+    /// | `CONVEYOR_RESCUE_INTERVAL_SECS` | how often expired leases are looked for ([`WorkerBuilder::rescue_interval`]) |
+    /// | `CONVEYOR_PRUNE_INTERVAL_SECS` | how often finished jobs are pruned ([`WorkerBuilder::prune_interval`]) |
+    /// | `CONVEYOR_RETAIN_SUCCESS_SECS` | retention of succeeded jobs, `forever` to keep ([`WorkerBuilder::retention`]) |
+    /// | `CONVEYOR_RETAIN_FAILURE_SECS` | retention of failed jobs, `forever` to keep |
+    /// | `CONVEYOR_RETAIN_CANCELLED_SECS` | retention of cancelled jobs, `forever` to keep |
+    /// | `CONVEYOR_RETAIN_STATS_SECS` | retention of the per-minute outcome rollups (`conveyor.stats`), `forever` to keep |
+    /// | `CONVEYOR_WORKER_ID` | the worker's id ([`WorkerBuilder::id`]) |
     pub fn from_env(self) -> Result<Self> {
         config::apply(self, |name| std::env::var(name).ok())
     }

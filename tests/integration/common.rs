@@ -45,6 +45,11 @@ const fn same(a: &str, b: &str) -> bool {
 /// How often idle workers poll when a test's client has no session URL.
 pub const POLL: Duration = Duration::from_millis(100);
 
+/// From this many jobs due now, `Client::enqueue_many` streams them with
+/// COPY (its documented threshold; a unit test in `src/db/enqueue.rs`
+/// keeps the crate's constant at this value).
+pub const COPY_MIN: usize = 1_000;
+
 /// A database of its own for one test, migrated, dropped when the value is.
 pub struct TestDb {
     pub pool: PgPool,

@@ -532,7 +532,7 @@ async fn own_transaction_enqueues_notify_once_per_call_and_queue() {
         let few = (0..10).map(|i| Add::job(AddArgs { a: i, b: 0 })).collect();
         c.enqueue_many(few).await.unwrap();
         // From COPY_MIN jobs due now: the COPY path.
-        let many = (0..conveyor::COPY_MIN as i64)
+        let many = (0..crate::common::COPY_MIN as i64)
             .map(|i| Add::job(AddArgs { a: i, b: 0 }).queue("bulk"))
             .collect();
         c.enqueue_many(many).await.unwrap();
@@ -558,7 +558,7 @@ async fn own_transaction_enqueues_notify_once_per_call_and_queue() {
     );
     assert_eq!(
         count_jobs(&db.pool, "true").await,
-        12 + conveyor::COPY_MIN as i64
+        12 + crate::common::COPY_MIN as i64
     );
 }
 
@@ -581,10 +581,14 @@ async fn copy_bulk_enqueue_stores_exactly_what_insert_stores() {
     let single = db.client.enqueue(job("q\\one")).await.unwrap();
     let copied = db
         .client
-        .enqueue_many((0..conveyor::COPY_MIN).map(|_| job("q\\one")).collect())
+        .enqueue_many(
+            (0..crate::common::COPY_MIN)
+                .map(|_| job("q\\one"))
+                .collect(),
+        )
         .await
         .unwrap();
-    assert_eq!(copied.len(), conveyor::COPY_MIN);
+    assert_eq!(copied.len(), crate::common::COPY_MIN);
     assert!(copied.iter().all(|h| !h.is_duplicate()));
     let columns = "queue, task, args, headers, state, priority, max_retries, \
                    retry_backoff_base::text, timeout::text, attempt, errors, on_success, on_error";
@@ -604,20 +608,22 @@ async fn copy_bulk_enqueue_stores_exactly_what_insert_stores() {
     let expected = row_of(single.id()).await;
     assert_eq!(expected["args"], tricky);
     assert_eq!(expected["headers"]["tenant"], json!("a\tb\\c"));
-    for handle in [&copied[0], &copied[conveyor::COPY_MIN - 1]] {
+    for handle in [&copied[0], &copied[crate::common::COPY_MIN - 1]] {
         assert_eq!(row_of(handle.id()).await, expected);
     }
 
     // A repeated id makes COPY fail as a whole; the insert path then returns
     // the existing job as a duplicate and adds the others.
-    let mut again: Vec<NewJob> = (0..conveyor::COPY_MIN - 1).map(|_| job("q\\one")).collect();
+    let mut again: Vec<NewJob> = (0..crate::common::COPY_MIN - 1)
+        .map(|_| job("q\\one"))
+        .collect();
     again.push(job("q\\one").id(single.id()));
     let handles = db.client.enqueue_many(again).await.unwrap();
     assert_eq!(handles.iter().filter(|h| h.is_duplicate()).count(), 1);
-    assert_eq!(handles[conveyor::COPY_MIN - 1].id(), single.id());
+    assert_eq!(handles[crate::common::COPY_MIN - 1].id(), single.id());
     assert_eq!(
         count_jobs(&db.pool, "true").await,
-        1 + 2 * conveyor::COPY_MIN as i64 - 1
+        1 + 2 * crate::common::COPY_MIN as i64 - 1
     );
 }
 
@@ -627,12 +633,12 @@ async fn notifications_sent_after_commit_wake_an_idle_worker() {
     let worker = idle_echo_worker(&db, 50).await;
 
     // COPY always leaves the notification to the client, after the commit.
-    let jobs = (0..conveyor::COPY_MIN as i64)
+    let jobs = (0..crate::common::COPY_MIN as i64)
         .map(|i| Add::job(AddArgs { a: i, b: 0 }))
         .collect();
     let handles = db.client.enqueue_many(jobs).await.unwrap();
     let last = handles.last().unwrap().wait(WAIT).await.unwrap();
-    assert_eq!(last, conveyor::COPY_MIN as i64 - 1);
+    assert_eq!(last, crate::common::COPY_MIN as i64 - 1);
 
     // Concurrent single enqueues: all but the first share transactions
     // (group commit), whose insert trigger notifies at commit.

@@ -56,7 +56,7 @@ async fn every_enqueue_path_stores_the_same_row() {
     let few = c.enqueue_many(vec![spec(), spec()]).await.unwrap();
     paths.push(("enqueue_many (one statement)", few[1].id()));
     let copied = c
-        .enqueue_many((0..conveyor::COPY_MIN).map(|_| spec()).collect())
+        .enqueue_many((0..crate::common::COPY_MIN).map(|_| spec()).collect())
         .await
         .unwrap();
     paths.push(("enqueue_many (COPY)", copied[7].id()));

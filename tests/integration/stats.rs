@@ -326,7 +326,7 @@ async fn enqueue_counts_of_a_transaction_of_many_statements_add_up() {
     db.client
         .enqueue_many_tx(
             &mut tx,
-            (0..conveyor::COPY_MIN + 3)
+            (0..crate::common::COPY_MIN + 3)
                 .map(|_| NewJob::new("t4", json!({})).queue("b"))
                 .collect(),
         )
@@ -364,7 +364,7 @@ async fn enqueue_counts_of_a_transaction_of_many_statements_add_up() {
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    let t4 = conveyor::COPY_MIN as i64 + 3;
+    let t4 = crate::common::COPY_MIN as i64 + 3;
     assert_eq!(
         stored,
         [

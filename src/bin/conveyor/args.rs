@@ -94,7 +94,7 @@ pub(crate) struct EnqueueArgs {
     #[arg(long, default_value = "{}", value_parser = json_value)]
     pub(crate) args: Value,
     /// Queue.
-    #[arg(long, default_value = conveyor::DEFAULT_QUEUE)]
+    #[arg(long, default_value = "default")]
     pub(crate) queue: String,
     /// Seconds to wait before it may run.
     #[arg(long, value_name = "SECONDS", value_parser = seconds, allow_negative_numbers = true)]
