@@ -1057,6 +1057,30 @@ COMMENT ON TABLE conveyor_internal.rescue_floor IS
 COMMENT ON COLUMN conveyor_internal.rescue_floor.at IS
     'Every claim''s lease_expires_at is at or above this.';
 
+-- Enqueueing in many statements of one transaction (conveyor.enqueue() once
+-- per row of a SELECT, or from a FOR EACH ROW trigger during an import)
+-- would cost more per row the more rows there were: each statement's
+-- count_enqueued() would upsert the same conveyor.stats row, and the
+-- versions a transaction leaves of a row cannot be pruned before it ends,
+-- so the k-th upsert would walk k versions
+-- (docs/decisions/2026-11-28-bulk-enqueue-from-sql.md). So a statement that
+-- finds its rollup row already written by its own transaction adds its
+-- counts to a tally in the transaction-local setting
+-- `conveyor.enqueue_tally` instead, and the first such statement inserts a
+-- row here, whose deferred trigger (enqueue_tally_flush, below) writes the
+-- tally at commit and deletes the row (conveyor_internal.count_enqueued(),
+-- flush_enqueue_tally()). A transaction of one enqueue statement never
+-- touches this table, nor pays for a trigger per job row
+-- (docs/decisions/2026-11-29-enqueue-tally-armed-once.md).
+CREATE TABLE conveyor_internal.enqueue_tally_flush (
+    backend_pid integer NOT NULL
+);
+
+COMMENT ON TABLE conveyor_internal.enqueue_tally_flush IS
+    'Internal. One row per transaction that tallies enqueue counts (many enqueue statements in one transaction), inserted by its first tallying statement and deleted at its commit by the deferred trigger enqueue_tally_flush, which writes the tally to conveyor.stats. Empty between transactions.';
+COMMENT ON COLUMN conveyor_internal.enqueue_tally_flush.backend_pid IS
+    'The backend of the transaction (pg_backend_pid()), for a reader.';
+
 -- ================================================================ triggers
 
 -- ---------------------------------------------------------------- on conveyor.job_rows
@@ -1106,28 +1130,6 @@ CREATE TRIGGER jobs_ready_delete
     WHEN (OLD.state = 'pending'
           AND current_setting('conveyor.ending_claimed_jobs', true) IS DISTINCT FROM statement_timestamp()::text)
     EXECUTE FUNCTION conveyor_internal.ready_sync();
-
--- Enqueueing in many statements of one transaction (conveyor.enqueue() once
--- per row of a SELECT, or from a FOR EACH ROW trigger during an import)
--- would cost more per row the more rows there were: each statement's
--- count_enqueued() would upsert the same conveyor.stats row, and the
--- versions a transaction leaves of a row cannot be pruned before it ends,
--- so the k-th upsert would walk k versions
--- (docs/decisions/2026-11-28-bulk-enqueue-from-sql.md). After its first 8
--- counting statements, a transaction tallies its counts in a setting, which
--- this deferred trigger writes at commit (conveyor_internal.count_enqueued(),
--- flush_enqueue_tally()). The WHEN clause is evaluated as each row is
--- inserted: only the rows of the one statement that arms the tally queue an
--- event.
-CREATE CONSTRAINT TRIGGER jobs_flush_enqueue_tally
-    AFTER INSERT ON conveyor.job_rows
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW
-    WHEN (current_setting('conveyor.enqueue_tally', true) = 'arm')
-    EXECUTE FUNCTION conveyor_internal.flush_enqueue_tally();
-
-COMMENT ON TRIGGER jobs_flush_enqueue_tally ON conveyor.job_rows IS
-    'At commit, writes the enqueue counts a transaction of many inserting statements tallied (conveyor_internal.count_enqueued) to conveyor.stats.';
 
 -- An UPDATE by hand that moves a finished job back to pending (say `SET
 -- state = 'pending', finished_at = NULL`) moves the row into another
@@ -1201,3 +1203,15 @@ CREATE TRIGGER stats_totals
     AFTER DELETE ON conveyor.stats
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION conveyor_internal.stats_to_totals();
+
+-- ---------------------------------------------------------------- on conveyor_internal.enqueue_tally_flush
+
+-- At commit (or at SET CONSTRAINTS ... IMMEDIATE), writes what the
+-- transaction tallied (see the table above) and deletes the row.
+CREATE CONSTRAINT TRIGGER enqueue_tally_flush
+    AFTER INSERT ON conveyor_internal.enqueue_tally_flush
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION conveyor_internal.flush_enqueue_tally();
+
+COMMENT ON TRIGGER enqueue_tally_flush ON conveyor_internal.enqueue_tally_flush IS
+    'At commit, writes the enqueue counts a transaction of many inserting statements tallied (conveyor_internal.count_enqueued) to conveyor.stats, and deletes its row.';

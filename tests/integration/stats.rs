@@ -281,8 +281,9 @@ async fn rollups_of_random_batches_match_a_plain_count() {
 /// A transaction that enqueues in many statements (`conveyor.enqueue()` per
 /// row of a SELECT, or once per statement) counts its jobs exactly,
 /// savepoints and rollbacks included, without writing its rollup row once
-/// per statement: after 8 counting statements it tallies them and writes
-/// them at commit (the trigger jobs_flush_enqueue_tally). Written once per
+/// per statement: a statement that finds the row already written by its
+/// transaction tallies its counts, written at commit (the trigger
+/// enqueue_tally_flush), which leaves no row of its table behind. Written once per
 /// statement, the row's versions (none can be pruned before the transaction
 /// ends) filled a page every 37 statements, and each upsert walked all of
 /// them.
@@ -375,6 +376,15 @@ async fn enqueue_counts_of_a_transaction_of_many_statements_add_up() {
         ]
     );
     assert_eq!(counted, stored);
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM conveyor_internal.enqueue_tally_flush")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        left, 0,
+        "every tallying transaction's flush row is deleted at its end"
+    );
     assert!(
         pages <= 2,
         "conveyor.stats took {pages} pages during a transaction of 3,000 enqueue statements"
