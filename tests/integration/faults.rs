@@ -152,21 +152,7 @@ async fn a_running_job_sees_cancellation_by_notification_and_ends_cancelled() {
 #[tokio::test]
 async fn failed_jobs_stay_queryable_and_can_be_requeued_by_id_or_sql_filter() {
     let db = TestDb::new().await;
-    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let h = healthy.clone();
-    let worker = Worker::builder(&db.client)
-        .register_fn("charge", move |ctx, _| {
-            let healthy = h.clone();
-            async move {
-                if healthy.load(Ordering::SeqCst) {
-                    Ok(json!(ctx.attempt()))
-                } else {
-                    Err(TaskError::retry("gateway down"))
-                }
-            }
-        })
-        .start()
-        .unwrap();
+    let (worker, healthy) = toggled_worker(&db, "charge", || TaskError::retry("gateway down"));
     let base = Duration::from_millis(5);
     let mut handles = Vec::new();
     for _ in 0..3 {
@@ -210,6 +196,31 @@ async fn failed_jobs_stay_queryable_and_can_be_requeued_by_id_or_sql_filter() {
     worker.shutdown(WAIT).await.unwrap();
 }
 
+/// A worker whose `task` handler answers `error()` until `healthy` (the
+/// flag returned) is set, then its attempt number.
+fn toggled_worker(
+    db: &TestDb,
+    task: &str,
+    error: fn() -> TaskError,
+) -> (WorkerHandle, Arc<std::sync::atomic::AtomicBool>) {
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let h = healthy.clone();
+    let worker = Worker::builder(&db.client)
+        .register_fn(task, move |ctx, _| {
+            let healthy = h.clone();
+            async move {
+                if healthy.load(Ordering::SeqCst) {
+                    Ok(json!(ctx.attempt()))
+                } else {
+                    Err(error())
+                }
+            }
+        })
+        .start()
+        .unwrap();
+    (worker, healthy)
+}
+
 /// A worker whose `flaky` handler fails for good until `healthy` is set,
 /// and a `flaky` job it failed (one attempt, no retries).
 async fn failed_job(
@@ -219,21 +230,7 @@ async fn failed_job(
     conveyor::JobHandle<Value>,
     Arc<std::sync::atomic::AtomicBool>,
 ) {
-    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let h = healthy.clone();
-    let worker = Worker::builder(&db.client)
-        .register_fn("flaky", move |ctx, _| {
-            let healthy = h.clone();
-            async move {
-                if healthy.load(Ordering::SeqCst) {
-                    Ok(json!(ctx.attempt()))
-                } else {
-                    Err(TaskError::fail("down"))
-                }
-            }
-        })
-        .start()
-        .unwrap();
+    let (worker, healthy) = toggled_worker(db, "flaky", || TaskError::fail("down"));
     let job = NewJob::new("flaky", json!({})).max_retries(0);
     let handle = db.client.enqueue(job).await.unwrap();
     let failed = handle.wait_job(WAIT).await.unwrap();
@@ -256,8 +253,8 @@ async fn a_requeue_in_a_transaction_rolled_back_leaves_the_job_failed() {
     );
     tx.rollback().await.unwrap();
 
-    // Long enough for an idle worker to claim a job that was pending.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Had the requeue survived the rollback, the job would be pending (or
+    // running, or done) by now, never failed with its one attempt.
     let job = handle.job().await.unwrap();
     assert_eq!((job.state, job.attempt), (JobState::Failure, 1));
     assert_eq!(count_jobs(&db.pool, "state = 'failure'").await, 1);
